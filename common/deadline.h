@@ -1,0 +1,31 @@
+// Deadlines: every blocking call in muster takes one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+namespace muster {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+using Millis = std::chrono::milliseconds;
+
+// A deadline that never passes (c10d's kNoTimeout).
+inline constexpr Deadline kNoDeadline = Deadline::max();
+
+inline Deadline deadlineAfter(Millis timeout) {
+  if (timeout.count() <= 0) return kNoDeadline;
+  auto now = Clock::now();
+  if (timeout > std::chrono::duration_cast<Millis>(kNoDeadline - now)) return kNoDeadline;
+  return now + timeout;
+}
+
+// Milliseconds left until `deadline` (0 when passed); kNoDeadline gives 0 too, so callers
+// test for kNoDeadline first.
+inline int64_t millisLeft(Deadline deadline) {
+  if (deadline == kNoDeadline) return 0;
+  auto left = std::chrono::ceil<Millis>(deadline - Clock::now()).count();
+  return left > 0 ? left : 0;
+}
+
+}  // namespace muster

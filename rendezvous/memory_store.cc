@@ -1,0 +1,439 @@
+// The store's state machine: c10d::Store semantics, namespaces, parked waiters, limits.
+#include "rendezvous/memory_store.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "absl/strings/str_join.h"
+
+namespace muster::rendezvous {
+namespace {
+
+constexpr int kOk = 0;
+constexpr int kInvalidArgument = 3;
+constexpr int kDeadlineExceeded = 4;
+constexpr int kOutOfRange = 11;
+constexpr int kResourceExhausted = 8;
+constexpr int kUnavailable = 14;
+
+bool fail(pb::StoreResponse& resp, int code, std::string message) {
+  resp.set_code(code);
+  resp.set_message(std::move(message));
+  return false;
+}
+
+std::string quoted(const std::string& key) {
+  constexpr size_t kShown = 64;
+  if (key.size() <= kShown) return "'" + key + "'";
+  return "'" + key.substr(0, kShown) + "...'";
+}
+
+std::string keyList(const std::vector<std::string>& keys) {
+  constexpr size_t kShown = 5;
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < keys.size() && i < kShown; ++i) shown.push_back(quoted(keys[i]));
+  std::string out = absl::StrJoin(shown, ", ");
+  if (keys.size() > kShown) out += fmt::format(" and {} more", keys.size() - kShown);
+  return out;
+}
+
+}  // namespace
+
+MemoryStore::MemoryStore(StoreLimits limits) : limits_(limits) {
+  timer_ = std::thread([this] { timerLoop(); });
+}
+
+MemoryStore::~MemoryStore() {
+  shutdown();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  timerCv_.notify_all();
+  timer_.join();
+}
+
+size_t MemoryStore::pendingWaiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
+size_t MemoryStore::totalBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totalBytes_;
+}
+
+MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completion done) {
+  pb::StoreResponse resp;
+  resp.set_id(req.id());
+  Ready ready;
+  WaiterId parked = kNotPending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) {
+      fail(resp, kUnavailable, "store is shutting down");
+    } else {
+      std::vector<std::string> waitKeys;
+      switch (req.op_case()) {
+        case pb::StoreRequest::kGet: waitKeys = {req.get().key()}; break;
+        case pb::StoreRequest::kWait: waitKeys.assign(req.wait().keys().begin(), req.wait().keys().end()); break;
+        case pb::StoreRequest::kMultiGet:
+          waitKeys.assign(req.multi_get().keys().begin(), req.multi_get().keys().end());
+          break;
+        default: break;
+      }
+      bool blocking = req.op_case() == pb::StoreRequest::kGet ||
+                      req.op_case() == pb::StoreRequest::kWait ||
+                      req.op_case() == pb::StoreRequest::kMultiGet;
+      if (blocking) {
+        if (park(req, waitKeys, done, resp)) parked = nextWaiter_ - 1;
+      } else {
+        run(req, resp, ready);
+      }
+    }
+  }
+  for (auto& [cb, r] : ready) cb(std::move(r));
+  if (parked == kNotPending) done(std::move(resp));
+  return parked;
+}
+
+// Answers a blocking operation whose keys are all present, or parks it. Returns true when
+// parked (then `done` has been moved into the waiter).
+bool MemoryStore::park(const pb::StoreRequest& req, const std::vector<std::string>& keys,
+                       Completion& done, pb::StoreResponse& resp) {
+  if (keys.size() > limits_.maxKeysPerCall) {
+    return fail(resp, kInvalidArgument,
+                fmt::format("{} keys in one call exceed max_keys_per_call={}", keys.size(),
+                            limits_.maxKeysPerCall));
+  }
+  for (const auto& key : keys) {
+    if (key.size() > limits_.maxKeyBytes) {
+      return fail(resp, kInvalidArgument,
+                  fmt::format("key of {} bytes exceeds max_key_bytes={}", key.size(),
+                              limits_.maxKeyBytes));
+    }
+  }
+  Namespace& space = spaces_[req.ns()];
+  Waiter w;
+  w.op = req.op_case();
+  w.keys = keys;
+  if (allPresent(space, keys)) {
+    fillValues(space, w, resp);
+    return false;
+  }
+  if (waiters_.size() >= limits_.maxWaiters) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("{} operations already wait for keys; max_waiters={}",
+                            waiters_.size(), limits_.maxWaiters));
+  }
+  WaiterId id = nextWaiter_++;
+  w.ns = req.ns();
+  w.requestId = req.id();
+  w.timeoutMs = req.timeout_ms();
+  w.deadline = deadlineAfter(Millis(req.timeout_ms()));
+  w.done = std::move(done);
+  for (const auto& key : keys) space.watchers[key].insert(id);
+  if (w.deadline != kNoDeadline) {
+    bool earliest = timeouts_.empty() || w.deadline < timeouts_.begin()->first;
+    timeouts_.emplace(w.deadline, id);
+    if (earliest) timerCv_.notify_one();
+  }
+  waiters_.emplace(id, std::move(w));
+  return true;
+}
+
+bool MemoryStore::allPresent(const Namespace& space, const std::vector<std::string>& keys) const {
+  for (const auto& key : keys) {
+    if (!space.kv.count(key)) return false;
+  }
+  return true;
+}
+
+void MemoryStore::fillValues(const Namespace& space, const Waiter& w,
+                             pb::StoreResponse& resp) const {
+  resp.set_code(kOk);
+  if (w.op == pb::StoreRequest::kGet) {
+    resp.set_value(space.kv.at(w.keys.front()));
+  } else if (w.op == pb::StoreRequest::kMultiGet) {
+    auto* values = resp.mutable_values();
+    for (const auto& key : w.keys) values->add_values(space.kv.at(key));
+  }
+}
+
+MemoryStore::Completion MemoryStore::detach(WaiterId id) {
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return nullptr;
+  Waiter& w = it->second;
+  auto spaceIt = spaces_.find(w.ns);
+  if (spaceIt != spaces_.end()) {
+    for (const auto& key : w.keys) {
+      auto watch = spaceIt->second.watchers.find(key);
+      if (watch == spaceIt->second.watchers.end()) continue;
+      watch->second.erase(id);
+      if (watch->second.empty()) spaceIt->second.watchers.erase(watch);
+    }
+  }
+  if (w.deadline != kNoDeadline) timeouts_.erase({w.deadline, id});
+  Completion done = std::move(w.done);
+  waiters_.erase(it);
+  return done;
+}
+
+bool MemoryStore::cancel(WaiterId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return detach(id) != nullptr;
+}
+
+void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& ready) {
+  auto watch = space.watchers.find(key);
+  if (watch == space.watchers.end()) return;
+  std::vector<WaiterId> candidates(watch->second.begin(), watch->second.end());
+  for (WaiterId id : candidates) {
+    auto it = waiters_.find(id);
+    if (it == waiters_.end() || !allPresent(space, it->second.keys)) continue;
+    pb::StoreResponse resp;
+    resp.set_id(it->second.requestId);
+    fillValues(space, it->second, resp);
+    ready.emplace_back(detach(id), std::move(resp));
+  }
+}
+
+bool MemoryStore::setLocked(Namespace& space, const std::string& ns, const std::string& key,
+                            std::string value, pb::StoreResponse& resp, Ready& ready) {
+  (void)ns;
+  auto it = space.kv.find(key);
+  size_t oldBytes = it == space.kv.end() ? 0 : key.size() + it->second.size();
+  size_t newBytes = key.size() + value.size();
+  if (totalBytes_ - oldBytes + newBytes > limits_.maxTotalBytes) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("store is full: setting {} needs {} bytes, {} of max_total_bytes={} "
+                            "are in use",
+                            quoted(key), newBytes, totalBytes_, limits_.maxTotalBytes));
+  }
+  totalBytes_ = totalBytes_ - oldBytes + newBytes;
+  if (it == space.kv.end()) {
+    space.kv.emplace(key, std::move(value));
+    keyArrived(space, key, ready);
+  } else {
+    it->second = std::move(value);
+  }
+  return true;
+}
+
+void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Ready& ready) {
+  auto checkKey = [&](const std::string& key) {
+    if (key.size() <= limits_.maxKeyBytes) return true;
+    return fail(resp, kInvalidArgument,
+                fmt::format("key of {} bytes exceeds max_key_bytes={}", key.size(),
+                            limits_.maxKeyBytes));
+  };
+  auto checkValue = [&](const std::string& key, size_t bytes) {
+    if (bytes <= limits_.maxValueBytes) return true;
+    return fail(resp, kInvalidArgument,
+                fmt::format("value of {} bytes for key {} exceeds max_value_bytes={}", bytes,
+                            quoted(key), limits_.maxValueBytes));
+  };
+  auto checkCount = [&](size_t n) {
+    if (n <= limits_.maxKeysPerCall) return true;
+    return fail(resp, kInvalidArgument,
+                fmt::format("{} keys in one call exceed max_keys_per_call={}", n,
+                            limits_.maxKeysPerCall));
+  };
+  resp.set_code(kOk);
+  Namespace& space = spaces_[req.ns()];
+  switch (req.op_case()) {
+    case pb::StoreRequest::kSet: {
+      const auto& op = req.set();
+      if (checkKey(op.key()) && checkValue(op.key(), op.value().size())) {
+        setLocked(space, req.ns(), op.key(), op.value(), resp, ready);
+      }
+      return;
+    }
+    case pb::StoreRequest::kAdd: {
+      const auto& op = req.add();
+      if (!checkKey(op.key())) return;
+      int64_t current = 0;
+      auto it = space.kv.find(op.key());
+      if (it != space.kv.end()) {
+        const std::string& text = it->second;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
+        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+          fail(resp, kInvalidArgument,
+               fmt::format("add: the value of key {} is not a decimal integer", quoted(op.key())));
+          return;
+        }
+      }
+      int64_t next = 0;
+      if (__builtin_add_overflow(current, op.delta(), &next)) {
+        fail(resp, kOutOfRange,
+             fmt::format("add: {} + {} overflows 64 bits for key {}", current, op.delta(),
+                         quoted(op.key())));
+        return;
+      }
+      if (setLocked(space, req.ns(), op.key(), std::to_string(next), resp, ready)) {
+        resp.set_number(next);
+      }
+      return;
+    }
+    case pb::StoreRequest::kCompareSet: {
+      const auto& op = req.compare_set();
+      if (!checkKey(op.key()) || !checkValue(op.key(), op.desired().size())) return;
+      auto it = space.kv.find(op.key());
+      if (it == space.kv.end()) {
+        if (op.expected().empty()) {
+          if (setLocked(space, req.ns(), op.key(), op.desired(), resp, ready)) {
+            resp.set_value(op.desired());
+          }
+        } else {
+          resp.set_value(op.expected());
+        }
+        return;
+      }
+      if (it->second == op.expected()) {
+        if (!setLocked(space, req.ns(), op.key(), op.desired(), resp, ready)) return;
+        it = space.kv.find(op.key());
+      }
+      resp.set_value(it->second);
+      return;
+    }
+    case pb::StoreRequest::kCheck: {
+      const auto& keys = req.check().keys();
+      if (!checkCount(keys.size())) return;
+      bool all = true;
+      for (const auto& key : keys) {
+        if (!checkKey(key)) return;
+        all = all && space.kv.count(key) > 0;
+      }
+      resp.set_flag(all);
+      return;
+    }
+    case pb::StoreRequest::kDeleteKey: {
+      const auto& key = req.delete_key().key();
+      if (!checkKey(key)) return;
+      auto it = space.kv.find(key);
+      if (it == space.kv.end()) {
+        resp.set_number(0);
+        return;
+      }
+      totalBytes_ -= key.size() + it->second.size();
+      space.kv.erase(it);
+      resp.set_number(1);
+      return;
+    }
+    case pb::StoreRequest::kNumKeys:
+      resp.set_number(static_cast<int64_t>(space.kv.size()));
+      return;
+    case pb::StoreRequest::kMultiSet: {
+      const auto& op = req.multi_set();
+      if (op.keys_size() != op.values_size()) {
+        fail(resp, kInvalidArgument,
+             fmt::format("multi_set: {} keys but {} values", op.keys_size(), op.values_size()));
+        return;
+      }
+      if (!checkCount(op.keys_size())) return;
+      // Validate everything first so that a rejected call changes nothing.
+      int64_t delta = 0;
+      for (int i = 0; i < op.keys_size(); ++i) {
+        if (!checkKey(op.keys(i)) || !checkValue(op.keys(i), op.values(i).size())) return;
+        auto it = space.kv.find(op.keys(i));
+        delta += static_cast<int64_t>(op.keys(i).size() + op.values(i).size());
+        if (it != space.kv.end()) delta -= static_cast<int64_t>(op.keys(i).size() + it->second.size());
+      }
+      if (delta > 0 && totalBytes_ + static_cast<size_t>(delta) > limits_.maxTotalBytes) {
+        fail(resp, kResourceExhausted,
+             fmt::format("store is full: multi_set needs {} more bytes, {} of max_total_bytes={} "
+                         "are in use",
+                         delta, totalBytes_, limits_.maxTotalBytes));
+        return;
+      }
+      for (int i = 0; i < op.keys_size(); ++i) {
+        setLocked(space, req.ns(), op.keys(i), op.values(i), resp, ready);
+      }
+      return;
+    }
+    case pb::StoreRequest::kAppend: {
+      const auto& op = req.append();
+      if (!checkKey(op.key())) return;
+      auto it = space.kv.find(op.key());
+      std::string value = it == space.kv.end() ? std::string() : it->second;
+      value += op.value();
+      if (!checkValue(op.key(), value.size())) return;
+      size_t length = value.size();
+      if (setLocked(space, req.ns(), op.key(), std::move(value), resp, ready)) {
+        resp.set_number(static_cast<int64_t>(length));
+      }
+      return;
+    }
+    case pb::StoreRequest::kClear: {
+      int64_t removed = static_cast<int64_t>(space.kv.size());
+      for (const auto& [key, value] : space.kv) totalBytes_ -= key.size() + value.size();
+      space.kv.clear();
+      resp.set_number(removed);
+      if (space.watchers.empty()) spaces_.erase(req.ns());
+      return;
+    }
+    case pb::StoreRequest::OP_NOT_SET:
+    default:
+      fail(resp, kInvalidArgument, "the request carries no known operation");
+      return;
+  }
+}
+
+void MemoryStore::shutdown() {
+  Ready ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    std::vector<WaiterId> ids;
+    ids.reserve(waiters_.size());
+    for (const auto& [id, w] : waiters_) ids.push_back(id);
+    for (WaiterId id : ids) {
+      pb::StoreResponse resp;
+      resp.set_id(waiters_.at(id).requestId);
+      fail(resp, kUnavailable, "store is shutting down");
+      ready.emplace_back(detach(id), std::move(resp));
+    }
+  }
+  timerCv_.notify_all();
+  for (auto& [cb, r] : ready) cb(std::move(r));
+}
+
+void MemoryStore::timerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (shutdown_ && waiters_.empty()) return;
+    if (timeouts_.empty()) {
+      timerCv_.wait(lock);
+      continue;
+    }
+    Deadline next = timeouts_.begin()->first;
+    if (Clock::now() < next) {
+      timerCv_.wait_until(lock, next);
+      continue;
+    }
+    Ready ready;
+    auto now = Clock::now();
+    while (!timeouts_.empty() && timeouts_.begin()->first <= now) {
+      WaiterId id = timeouts_.begin()->second;
+      const Waiter& w = waiters_.at(id);
+      std::vector<std::string> missing;
+      auto spaceIt = spaces_.find(w.ns);
+      for (const auto& key : w.keys) {
+        if (spaceIt == spaces_.end() || !spaceIt->second.kv.count(key)) missing.push_back(key);
+      }
+      pb::StoreResponse resp;
+      resp.set_id(w.requestId);
+      fail(resp, kDeadlineExceeded,
+           fmt::format("timed out after {} ms waiting for {} of {} key(s) in namespace '{}': "
+                       "missing {}",
+                       w.timeoutMs, missing.size(), w.keys.size(), w.ns, keyList(missing)));
+      ready.emplace_back(detach(id), std::move(resp));
+    }
+    lock.unlock();
+    for (auto& [cb, r] : ready) cb(std::move(r));
+    lock.lock();
+  }
+}
+
+}  // namespace muster::rendezvous

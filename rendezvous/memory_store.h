@@ -1,0 +1,107 @@
+// The store's state: every namespace's keys, the operations waiting for keys, their deadlines
+// and the limits. The gRPC service and LocalStore both execute requests here.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/deadline.h"
+#include "muster/v1/store.pb.h"
+
+namespace muster::rendezvous {
+
+namespace pb = ::muster::v1;
+
+// Caps that keep one client from taking the store down. Over a cap the request fails with
+// INVALID_ARGUMENT (key, value, keys per call) or RESOURCE_EXHAUSTED (total bytes, waiters),
+// with a message that names the cap; other clients are not affected.
+struct StoreLimits {
+  size_t maxKeyBytes = 4096;
+  size_t maxValueBytes = 64u << 20;
+  size_t maxKeysPerCall = 16384;
+  size_t maxTotalBytes = size_t{2} << 30;
+  size_t maxWaiters = 1'000'000;
+};
+
+// Thread-safety: every method may be called from any thread. One mutex owns all state;
+// completions run outside it. A timer thread ends waiters whose deadline passes.
+// Lifetime: destroying the store ends pending operations with UNAVAILABLE.
+class MemoryStore {
+ public:
+  using Completion = std::function<void(pb::StoreResponse&&)>;
+  using WaiterId = uint64_t;
+  static constexpr WaiterId kNotPending = 0;
+
+  explicit MemoryStore(StoreLimits limits = {});
+  ~MemoryStore();
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  // Runs `request`; `done` runs exactly once with the response (its id is the request's).
+  // Operations that can answer at once call `done` before execute returns. A get, wait or
+  // multi_get whose keys are missing is parked: no thread waits for it; `done` runs later on the
+  // thread that sets the last key, on the timer thread at its deadline, or in shutdown(). Then
+  // execute returns the waiter's id, else kNotPending.
+  WaiterId execute(const pb::StoreRequest& request, Completion done);
+
+  // Withdraws a parked operation (its client went away). True if it was still parked: its
+  // `done` will never run. False if it has completed or is completing right now.
+  bool cancel(WaiterId id);
+
+  // Ends every parked operation with UNAVAILABLE and answers every later request so.
+  void shutdown();
+
+  size_t pendingWaiters() const;
+  size_t totalBytes() const;
+  const StoreLimits& limits() const { return limits_; }
+
+ private:
+  struct Waiter {
+    std::string ns;
+    std::vector<std::string> keys;
+    pb::StoreRequest::OpCase op;
+    uint64_t requestId = 0;
+    uint64_t timeoutMs = 0;
+    Deadline deadline = kNoDeadline;
+    Completion done;
+  };
+  struct Namespace {
+    std::unordered_map<std::string, std::string> kv;
+    std::unordered_map<std::string, std::unordered_set<WaiterId>> watchers;
+  };
+  using Ready = std::vector<std::pair<Completion, pb::StoreResponse>>;
+
+  // All of these run with mu_ held.
+  void run(const pb::StoreRequest& req, pb::StoreResponse& resp, Ready& ready);
+  bool park(const pb::StoreRequest& req, const std::vector<std::string>& keys,
+            Completion& done, pb::StoreResponse& resp);
+  bool setLocked(Namespace& space, const std::string& ns, const std::string& key,
+                 std::string value, pb::StoreResponse& resp, Ready& ready);
+  void keyArrived(Namespace& space, const std::string& key, Ready& ready);
+  bool allPresent(const Namespace& space, const std::vector<std::string>& keys) const;
+  void fillValues(const Namespace& space, const Waiter& w, pb::StoreResponse& resp) const;
+  Completion detach(WaiterId id);
+  void timerLoop();
+
+  const StoreLimits limits_;
+  mutable std::mutex mu_;
+  std::condition_variable timerCv_;
+  std::unordered_map<std::string, Namespace> spaces_;
+  std::unordered_map<WaiterId, Waiter> waiters_;
+  std::set<std::pair<Deadline, WaiterId>> timeouts_;
+  WaiterId nextWaiter_ = 1;
+  size_t totalBytes_ = 0;
+  bool shutdown_ = false;
+  std::thread timer_;
+};
+
+}  // namespace muster::rendezvous

@@ -1,0 +1,138 @@
+// rendezvousctl: a command-line client of the store, for scripts, demos and debugging.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/files.h"
+#include "rendezvous/store_client.h"
+
+using muster::rendezvous::ClientOptions;
+using muster::rendezvous::StoreClient;
+
+namespace {
+
+int failed(const absl::Status& status) {
+  std::fprintf(stderr, "rendezvousctl: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ClientOptions options;
+  options.target = "127.0.0.1:29400";
+  std::string tokenFile, caFile;
+  double timeoutS = 30;
+  CLI::App app{"rendezvousctl: talk to a muster store (rendezvousd or launch's own)"};
+  app.add_option("--addr", options.target, "store address HOST:PORT")->capture_default_str();
+  app.add_option("--ns", options.ns, "namespace (run id / round)");
+  app.add_option("--token-file", tokenFile, "file holding the shared token")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-ca", caFile, "PEM CA that signed the store's certificate")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-server-name", options.tlsServerName, "name to check in the certificate");
+  app.add_option("--timeout", timeoutS, "seconds to wait for connecting and for keys")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.require_subcommand(1);
+  std::string key, value, expected;
+  std::vector<std::string> keys;
+  int64_t delta = 1;
+  auto* set = app.add_subcommand("set", "set KEY VALUE");
+  set->add_option("key", key)->required();
+  set->add_option("value", value)->required();
+  auto* get = app.add_subcommand("get", "get KEY: wait for it and print its value");
+  get->add_option("key", key)->required();
+  auto* add = app.add_subcommand("add", "add KEY [DELTA]: print the new value");
+  add->add_option("key", key)->required();
+  add->add_option("delta", delta);
+  auto* cas = app.add_subcommand("compare-set", "compare-set KEY EXPECTED DESIRED");
+  cas->add_option("key", key)->required();
+  cas->add_option("expected", expected)->required();
+  cas->add_option("desired", value)->required();
+  auto* check = app.add_subcommand("check", "check KEY...: print true if all exist");
+  check->add_option("keys", keys)->required();
+  auto* wait = app.add_subcommand("wait", "wait KEY...: until all exist");
+  wait->add_option("keys", keys)->required();
+  auto* del = app.add_subcommand("delete", "delete KEY");
+  del->add_option("key", key)->required();
+  auto* num = app.add_subcommand("num-keys", "print how many keys the namespace holds");
+  auto* append = app.add_subcommand("append", "append KEY VALUE");
+  append->add_option("key", key)->required();
+  append->add_option("value", value)->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "rendezvousctl: %s (see --help)\n", e.what());
+    return 2;
+  }
+  if (!tokenFile.empty()) {
+    auto token = muster::readToken(tokenFile);
+    if (!token.ok()) return failed(token.status());
+    options.token = *token;
+  }
+  if (!caFile.empty()) {
+    auto ca = muster::readFile(caFile, "TLS CA");
+    if (!ca.ok()) return failed(ca.status());
+    options.tlsCaPem = *ca;
+  }
+  auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
+  auto client = StoreClient::connect(options, deadline);
+  if (!client.ok()) return failed(client.status());
+  auto& store = **client;
+  if (*set) {
+    auto s = store.set(key, value);
+    return s.ok() ? 0 : failed(s);
+  }
+  if (*get) {
+    auto v = store.get(key, deadline);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*add) {
+    auto v = store.add(key, delta);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*cas) {
+    auto v = store.compareSet(key, expected, value);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*check) {
+    auto v = store.check(keys);
+    if (!v.ok()) return failed(v.status());
+    std::cout << (*v ? "true" : "false") << std::endl;
+    return 0;
+  }
+  if (*wait) {
+    auto s = store.wait(keys, deadline);
+    return s.ok() ? 0 : failed(s);
+  }
+  if (*del) {
+    auto v = store.deleteKey(key);
+    if (!v.ok()) return failed(v.status());
+    std::cout << (*v ? "deleted" : "absent") << std::endl;
+    return 0;
+  }
+  if (*num) {
+    auto v = store.numKeys();
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*append) {
+    auto v = store.append(key, value);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  return 2;
+}

@@ -1,0 +1,99 @@
+// rendezvousd: the store (and later the rendezvous service) as a standalone daemon.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "rendezvous/store_server.h"
+
+using muster::rendezvous::ServerOptions;
+using muster::rendezvous::StoreServer;
+
+int main(int argc, char** argv) {
+  ServerOptions options;
+  std::string tokenFile, tlsCert, tlsKey, logLevel;
+  CLI::App app{"rendezvousd: muster's store and rendezvous service"};
+  app.add_option("--host", options.host, "address to bind (0.0.0.0, 127.0.0.1, ::)")
+      ->capture_default_str();
+  app.add_option("--port", options.port, "port to bind; 0 picks a free one and logs it")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--token-file", tokenFile, "file holding a shared token clients must send")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", tlsCert, "PEM certificate chain for TLS")->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tlsKey, "PEM private key for TLS")->check(CLI::ExistingFile);
+  app.add_option("--max-key-bytes", options.limits.maxKeyBytes, "longest key accepted")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-value-bytes", options.limits.maxValueBytes, "largest value accepted")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-keys-per-call", options.limits.maxKeysPerCall,
+                 "most keys in one wait/check/multi_get/multi_set")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-total-bytes", options.limits.maxTotalBytes,
+                 "most bytes of keys and values held")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-waiters", options.limits.maxWaiters,
+                 "most operations blocked on keys at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-level", logLevel, "trace, debug, info, warn, error (or MUSTER_LOG_LEVEL)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "rendezvousd: %s (see --help)\n", e.what());
+    return 2;
+  }
+  auto usage = [](const std::string& message) {
+    std::fprintf(stderr, "rendezvousd: %s\n", message.c_str());
+    return 2;
+  };
+  if (!logLevel.empty() && !muster::log::setLevel(logLevel)) {
+    return usage(fmt::format("--log-level={} is invalid; expected trace, debug, info, warn, "
+                             "error or off",
+                             logLevel));
+  }
+  if (tlsCert.empty() != tlsKey.empty()) return usage("--tls-cert and --tls-key go together");
+  if (!tokenFile.empty()) {
+    auto token = muster::readToken(tokenFile);
+    if (!token.ok()) return usage(std::string(token.status().message()));
+    options.token = *token;
+  }
+  if (!tlsCert.empty()) {
+    auto cert = muster::readFile(tlsCert, "TLS certificate");
+    auto key = muster::readFile(tlsKey, "TLS key");
+    if (!cert.ok()) return usage(std::string(cert.status().message()));
+    if (!key.ok()) return usage(std::string(key.status().message()));
+    options.tlsCertPem = *cert;
+    options.tlsKeyPem = *key;
+  }
+
+  // Signals are taken synchronously by this thread; every other thread (gRPC's) inherits the
+  // blocked mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto logger = muster::log::get("rendezvousd");
+  auto server = StoreServer::start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "rendezvousd: %s\n", std::string(server.status().message()).c_str());
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  int received = 0;
+  sigwait(&signals, &received);
+  logger->info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
+  (*server)->shutdown();
+  (*server)->wait();
+  return 0;
+}

@@ -1,0 +1,71 @@
+// The key-value store every muster component talks to: c10d::Store's operations, bound to one
+// namespace, with deadlines and absl::Status errors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/deadline.h"
+#include "muster/v1/store.pb.h"
+
+namespace muster::rendezvous {
+
+namespace pb = ::muster::v1;
+
+// Errors: INVALID_ARGUMENT (a limit, a non-integer value for add), DEADLINE_EXCEEDED (a
+// blocking call's keys did not come in time; the message names the missing keys),
+// RESOURCE_EXHAUSTED (the store is full), UNAVAILABLE (the store is gone or shutting down),
+// UNAUTHENTICATED (a wrong or missing token).
+// Thread-safety: every implementation may be used from many threads at once.
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // The namespace (run id / round) this view works in.
+  virtual const std::string& ns() const = 0;
+
+  absl::Status set(std::string_view key, std::string_view value);
+  // Blocks until `key` exists or `deadline` passes.
+  absl::StatusOr<std::string> get(std::string_view key, Deadline deadline);
+  // Adds `delta` to the decimal integer at `key` (missing counts as 0); returns the new value.
+  absl::StatusOr<int64_t> add(std::string_view key, int64_t delta);
+  // c10d's compare_set: returns the value stored afterwards (see store.proto for the
+  // missing-key case).
+  absl::StatusOr<std::string> compareSet(std::string_view key, std::string_view expected,
+                                         std::string_view desired);
+  absl::StatusOr<bool> check(const std::vector<std::string>& keys);
+  // Blocks until every key exists or `deadline` passes.
+  absl::Status wait(const std::vector<std::string>& keys, Deadline deadline);
+  // True if the key existed.
+  absl::StatusOr<bool> deleteKey(std::string_view key);
+  absl::StatusOr<int64_t> numKeys();
+  // Blocks until every key exists; the values in the keys' order.
+  absl::StatusOr<std::vector<std::string>> multiGet(const std::vector<std::string>& keys,
+                                                    Deadline deadline);
+  absl::Status multiSet(const std::vector<std::string>& keys,
+                        const std::vector<std::string>& values);
+  // Appends to the value at `key` (creating it); returns the new length.
+  absl::StatusOr<int64_t> append(std::string_view key, std::string_view value);
+  // Deletes every key of this namespace; returns how many there were.
+  absl::StatusOr<int64_t> clear();
+
+ protected:
+  // Runs one request (its ns is already set) and returns the server's response, whose code is
+  // OK; a non-OK code comes back as the error status. `deadline` bounds the whole exchange.
+  virtual absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request,
+                                                    Deadline deadline) = 0;
+  // Whether running the request twice has the effect of running it once: only such requests
+  // are retried over a broken connection.
+  static bool idempotent(const pb::StoreRequest& request);
+  // The deadline for operations that do not block on keys.
+  static Deadline quickDeadline();
+};
+
+// Turns a response's code and message into a Status.
+absl::Status responseStatus(const pb::StoreResponse& response);
+
+}  // namespace muster::rendezvous

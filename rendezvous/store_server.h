@@ -1,0 +1,68 @@
+// A running store: the gRPC server, the StoreService, the health service, TLS and token,
+// bound to one address. rendezvousd runs one; the master's `launch` hosts one in-process.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/deadline.h"
+#include "rendezvous/memory_store.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace muster::rendezvous {
+
+class StoreService;
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 29400;         // 0 picks a free port; port() says which
+  std::string token;        // empty: no authentication
+  std::string tlsCertPem;   // both set: TLS; both empty: plaintext
+  std::string tlsKeyPem;
+  StoreLimits limits;
+  // Extra gRPC services to serve on the same port (the rendezvous service); not owned, must
+  // outlive the server.
+  std::vector<grpc::Service*> extraServices;
+};
+
+// Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the
+// server down (pending waits end with UNAVAILABLE).
+class StoreServer {
+ public:
+  // Errors: INVALID_ARGUMENT (bad host/port/TLS material), UNAVAILABLE (the address cannot be
+  // bound; the message names it and says why).
+  static absl::StatusOr<std::unique_ptr<StoreServer>> start(ServerOptions options);
+  ~StoreServer();
+
+  int port() const { return port_; }
+  // host:port as bound ("[::1]:port" for IPv6).
+  const std::string& address() const { return address_; }
+  const std::shared_ptr<MemoryStore>& memory() const { return memory_; }
+  StoreService& service() { return *service_; }
+
+  // Ends pending waits with UNAVAILABLE, closes every session, stops accepting, and waits at
+  // most `grace` for calls in flight. Idempotent.
+  void shutdown(Millis grace = Millis(2000));
+  // Blocks until the server has shut down.
+  void wait();
+
+ private:
+  StoreServer() = default;
+  std::shared_ptr<MemoryStore> memory_;
+  std::unique_ptr<StoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  int port_ = 0;
+  std::mutex mu_;
+  bool down_ = false;
+};
+
+// "host:port", bracketing IPv6 literals.
+std::string joinHostPort(const std::string& host, int port);
+
+}  // namespace muster::rendezvous

@@ -1,0 +1,292 @@
+// StoreService: unary Call and streaming Session reactors over the MemoryStore.
+#include "rendezvous/store_service.h"
+
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+
+#include <deque>
+#include <unordered_map>
+
+#include "common/log.h"
+
+namespace muster::rendezvous {
+namespace {
+
+auto logger() {
+  static auto l = log::get("store");
+  return l;
+}
+
+bool tokensEqual(const std::string& expected, grpc::string_ref given) {
+  if (given.size() != expected.size()) return false;
+  return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
+}
+
+// A unary call. The completion and OnCancel race for a parked operation; MemoryStore::cancel
+// decides which of them finishes the call.
+class CallReactor final : public grpc::ServerUnaryReactor {
+ public:
+  CallReactor(std::shared_ptr<MemoryStore> memory, const pb::StoreRequest& request,
+              pb::StoreResponse* response)
+      : memory_(std::move(memory)), waiter_(std::make_shared<Waiter>()) {
+    auto waiter = waiter_;  // `this` may be gone once execute has answered
+    std::lock_guard<std::mutex> lock(waiter->mu);
+    waiter->id = memory_->execute(request, [this, response](pb::StoreResponse&& r) {
+      int code = r.code();
+      std::string message = r.message();
+      *response = std::move(r);
+      Finish(code == 0 ? grpc::Status::OK
+                       : grpc::Status(static_cast<grpc::StatusCode>(code), message));
+    });
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(waiter_->mu);
+    if (waiter_->id != MemoryStore::kNotPending && memory_->cancel(waiter_->id)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  struct Waiter {
+    std::mutex mu;
+    MemoryStore::WaiterId id = MemoryStore::kNotPending;
+  };
+  std::shared_ptr<MemoryStore> memory_;
+  std::shared_ptr<Waiter> waiter_;
+};
+
+}  // namespace
+
+// One client's stream: reads requests one after another, answers each as soon as it is done
+// (in any order), writes one response at a time. State shared with the completions of parked
+// operations, which may outlive the reactor; `mu` guards all of it.
+class StoreService::SessionState {
+ public:
+  class Reactor;
+  std::mutex mu;
+  Reactor* reactor = nullptr;
+  std::deque<pb::StoreResponse> queue;
+  bool writing = false;
+  bool closing = false;
+  bool finished = false;
+  grpc::Status closeStatus = grpc::Status::OK;
+  uint64_t nextSeq = 1;
+  // Operations of this session parked in the store: seq -> waiter (kNotPending while execute
+  // has not returned yet).
+  std::unordered_map<uint64_t, MemoryStore::WaiterId> parked;
+  std::shared_ptr<MemoryStore> memory;
+
+  void deliver(uint64_t seq, pb::StoreResponse&& response);
+  void close(grpc::Status status);
+  // With mu held: writes the next response or finishes the stream when all is done.
+  void pumpLocked();
+};
+
+class StoreService::SessionState::Reactor final
+    : public grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse> {
+ public:
+  Reactor(std::shared_ptr<SessionState> state, StoreService* service)
+      : state_(std::move(state)), service_(service) {
+    state_->reactor = this;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      state_->close(grpc::Status::OK);
+      return;
+    }
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->closing) return;
+      seq = state_->nextSeq++;
+      state_->parked.emplace(seq, MemoryStore::kNotPending);
+    }
+    std::weak_ptr<SessionState> weak = state_;
+    auto id = state_->memory->execute(request_, [weak, seq](pb::StoreResponse&& r) {
+      if (auto s = weak.lock()) s->deliver(seq, std::move(r));
+    });
+    bool cancelNow = false;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      auto it = state_->parked.find(seq);
+      if (it != state_->parked.end()) {
+        it->second = id;
+        cancelNow = state_->closing;
+      }
+    }
+    if (cancelNow && state_->memory->cancel(id)) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->parked.erase(seq);
+      state_->pumpLocked();
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->writing = false;
+    state_->queue.pop_front();
+    if (!ok) {
+      // The client is gone: nothing more can be written.
+      state_->queue.clear();
+      state_->closing = true;
+    }
+    state_->pumpLocked();
+  }
+
+  void OnCancel() override { state_->close(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reactor = nullptr;
+    }
+    service_->forget(state_);
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<SessionState> state_;
+  StoreService* service_;
+  pb::StoreRequest request_;
+};
+
+void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& response) {
+  std::lock_guard<std::mutex> lock(mu);
+  parked.erase(seq);
+  // A session that closes because reads ended or the server shuts down still answers what
+  // was asked; one whose client is gone drops the answer.
+  if (!finished && closeStatus.error_code() != grpc::StatusCode::CANCELLED) {
+    queue.push_back(std::move(response));
+  }
+  pumpLocked();
+}
+
+void StoreService::SessionState::close(grpc::Status status) {
+  std::vector<MemoryStore::WaiterId> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!closing) closeStatus = status;
+    closing = true;
+    if (status.error_code() == grpc::StatusCode::CANCELLED) {
+      // Keep the response being written: gRPC still reads it.
+      queue.erase(writing ? queue.begin() + 1 : queue.begin(), queue.end());
+    }
+    for (const auto& [seq, id] : parked) {
+      if (id != MemoryStore::kNotPending) ids.push_back(id);
+    }
+  }
+  for (auto id : ids) {
+    if (memory->cancel(id)) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = parked.begin(); it != parked.end(); ++it) {
+        if (it->second == id) {
+          parked.erase(it);
+          break;
+        }
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  pumpLocked();
+}
+
+void StoreService::SessionState::pumpLocked() {
+  if (finished || reactor == nullptr) return;
+  if (!writing && !queue.empty()) {
+    writing = true;
+    reactor->StartWrite(&queue.front());
+    return;
+  }
+  if (closing && !writing && queue.empty() && parked.empty()) {
+    finished = true;
+    reactor->Finish(closeStatus);
+  }
+}
+
+StoreService::StoreService(std::shared_ptr<MemoryStore> memory, std::string token)
+    : memory_(std::move(memory)), token_(std::move(token)) {}
+
+StoreService::~StoreService() = default;
+
+bool StoreService::authorized(grpc::CallbackServerContext* context) {
+  if (token_.empty()) return true;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  if (it != metadata.end() && tokensEqual(token_, it->second)) return true;
+  uint64_t count = ++rejected_;
+  // One line per rejection, but at most one a second: a stray client must not flood the log.
+  int64_t now = std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
+  int64_t last = lastRejectLogMs_.load();
+  if (now - last >= 1000 && lastRejectLogMs_.compare_exchange_strong(last, now)) {
+    logger()->warn("rejected a request from {} without a valid token ({} rejected so far)",
+                   context->peer(), count);
+  }
+  return false;
+}
+
+grpc::ServerUnaryReactor* StoreService::Call(grpc::CallbackServerContext* context,
+                                             const pb::StoreRequest* request,
+                                             pb::StoreResponse* response) {
+  if (!authorized(context)) {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                                 "missing or wrong token (x-muster-token)"));
+    return reactor;
+  }
+  return new CallReactor(memory_, *request, response);
+}
+
+grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* StoreService::Session(
+    grpc::CallbackServerContext* context) {
+  if (!authorized(context)) {
+    class Reject final : public grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse> {
+     public:
+      Reject() {
+        Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "missing or wrong token (x-muster-token)"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new Reject();
+  }
+  auto state = std::make_shared<SessionState>();
+  state->memory = memory_;
+  bool closed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed = closed_;
+    sessions_.insert(state);
+  }
+  auto* reactor = new SessionState::Reactor(state, this);
+  if (closed) state->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
+  return reactor;
+}
+
+void StoreService::forget(const std::shared_ptr<SessionState>& state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  sessions_.erase(state);
+}
+
+void StoreService::closeAll() {
+  std::set<std::shared_ptr<SessionState>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    sessions = sessions_;
+  }
+  for (const auto& s : sessions) {
+    s->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
+  }
+}
+
+size_t StoreService::openSessions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace muster::rendezvous

@@ -1,0 +1,64 @@
+// Test support: the Store implementations the conformance suite runs against, each behind the
+// same small interface.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/local_store.h"
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
+
+namespace muster::rendezvous::testing {
+
+// Small limits so that the suite can reach them cheaply.
+inline StoreLimits testLimits() {
+  StoreLimits limits;
+  limits.maxKeyBytes = 256;
+  limits.maxValueBytes = 1 << 20;
+  limits.maxKeysPerCall = 64;
+  limits.maxTotalBytes = 4 << 20;
+  return limits;
+}
+
+// The in-process store: LocalStore views on one MemoryStore.
+class LocalBackend {
+ public:
+  LocalBackend() : memory_(std::make_shared<MemoryStore>(testLimits())) {}
+  std::unique_ptr<Store> open(const std::string& ns) {
+    return std::make_unique<LocalStore>(memory_, ns);
+  }
+  MemoryStore& memory() { return *memory_; }
+
+ private:
+  std::shared_ptr<MemoryStore> memory_;
+};
+
+// A real gRPC server on 127.0.0.1:0 and real clients.
+class GrpcBackend {
+ public:
+  GrpcBackend() {
+    ServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.limits = testLimits();
+    auto server = StoreServer::start(options);
+    if (!server.ok()) throw std::runtime_error(std::string(server.status().message()));
+    server_ = std::move(*server);
+  }
+  std::unique_ptr<Store> open(const std::string& ns) {
+    ClientOptions options;
+    options.target = server_->address();
+    options.ns = ns;
+    auto client = StoreClient::connect(options, deadlineAfter(Millis(10000)));
+    if (!client.ok()) throw std::runtime_error(std::string(client.status().message()));
+    return std::move(*client);
+  }
+  MemoryStore& memory() { return *server_->memory(); }
+  StoreServer& server() { return *server_; }
+
+ private:
+  std::unique_ptr<StoreServer> server_;
+};
+
+}  // namespace muster::rendezvous::testing

@@ -1,0 +1,173 @@
+// Test support: a real child process with its stdout and stderr captured line by line, waited
+// for with deadlines. Header-only so that every test binary can use it.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace muster::testing {
+
+inline std::string buildDir() {
+  const char* dir = std::getenv("MUSTER_BUILD_DIR");
+  return dir ? dir : ".";
+}
+
+// A child's exit: code >= 0 when it exited, signal > 0 when a signal ended it.
+struct ExitStatus {
+  int code = -1;
+  int signal = 0;
+};
+
+class Child {
+ public:
+  // Starts argv[0] (a path) with argv; env entries "K=V" are added to (or override) ours.
+  explicit Child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+    std::vector<std::string> envStrings;
+    for (char** e = environ; *e; ++e) {
+      std::string entry = *e;
+      bool overridden = false;
+      for (const auto& add : env) {
+        if (entry.substr(0, entry.find('=') + 1) == add.substr(0, add.find('=') + 1)) overridden = true;
+      }
+      if (!overridden) envStrings.push_back(entry);
+    }
+    for (const auto& add : env) envStrings.push_back(add);
+    std::vector<char*> args, envp;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    for (const auto& e : envStrings) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    close(err[1]);
+    outFd_ = out[0];
+    errFd_ = err[0];
+  }
+
+  ~Child() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(outFd_);
+    close(errFd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  void kill(int sig) { ::kill(pid_, sig); }
+
+  // Reads output until a line of stderr (or stdout) matches `pattern`; returns the line and its
+  // groups (index 0 is the whole match).
+  std::optional<std::vector<std::string>> waitForLine(const std::string& pattern,
+                                         std::chrono::milliseconds timeout, bool fromStderr = true) {
+    std::regex re(pattern);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto& lines = fromStderr ? errLines_ : outLines_;
+    size_t scanned = 0;
+    while (true) {
+      for (; scanned < lines.size(); ++scanned) {
+        std::smatch m;
+        if (std::regex_search(lines[scanned], m, re)) {
+          std::vector<std::string> groups;
+          for (const auto& g : m) groups.push_back(g.str());
+          return groups;
+        }
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !pump(static_cast<int>(left.count()))) return std::nullopt;
+    }
+  }
+
+  // Waits for the child to end, reading its output meanwhile; nullopt on timeout.
+  std::optional<ExitStatus> wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exited_) {
+      int status = 0;
+      pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        if (WIFEXITED(status)) exit_.code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) exit_.signal = WTERMSIG(status);
+        break;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      // Output is read while waiting so that a chatty child never blocks on a full pipe; at
+      // end of output, waitpid is asked again after a short pause.
+      if (!pump(static_cast<int>(std::min<int64_t>(left.count(), 20)))) usleep(2000);
+    }
+    while (pump(0)) {
+    }
+    return exit_;
+  }
+
+  std::string stdoutText() const { return join(outLines_) + outPartial_; }
+  std::string stderrText() const { return join(errLines_) + errPartial_; }
+  const std::vector<std::string>& stderrLines() const { return errLines_; }
+
+ private:
+  static std::string join(const std::vector<std::string>& lines) {
+    std::string s;
+    for (const auto& l : lines) s += l + "\n";
+    return s;
+  }
+
+  // Reads what is available within timeoutMs; false when nothing more will come now.
+  bool pump(int timeoutMs) {
+    pollfd fds[2] = {{outFd_, POLLIN, 0}, {errFd_, POLLIN, 0}};
+    int n = poll(fds, 2, timeoutMs);
+    if (n <= 0) return n == 0 && timeoutMs > 0 ? true : false;
+    bool any = false;
+    for (int i = 0; i < 2; ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      ssize_t got = read(fds[i].fd, buf, sizeof(buf));
+      if (got <= 0) {
+        fds[i].fd = -1;
+        continue;
+      }
+      any = true;
+      auto& partial = i == 0 ? outPartial_ : errPartial_;
+      auto& lines = i == 0 ? outLines_ : errLines_;
+      partial.append(buf, static_cast<size_t>(got));
+      size_t pos;
+      while ((pos = partial.find('\n')) != std::string::npos) {
+        lines.push_back(partial.substr(0, pos));
+        partial.erase(0, pos + 1);
+      }
+    }
+    return any;
+  }
+
+  pid_t pid_ = -1;
+  int outFd_ = -1, errFd_ = -1;
+  bool exited_ = false;
+  ExitStatus exit_;
+  std::vector<std::string> outLines_, errLines_;
+  std::string outPartial_, errPartial_;
+};
+
+}  // namespace muster::testing
