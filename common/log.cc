@@ -1,6 +1,7 @@
 // Creates the component loggers: stderr, one line per event, level from MUSTER_LOG_LEVEL.
 #include "common/log.h"
 
+#include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <cstdlib>
@@ -45,6 +46,16 @@ bool setLevel(const std::string& level) {
   currentLevel() = parsed;
   spdlog::apply_all([parsed](std::shared_ptr<spdlog::logger> l) { l->set_level(parsed); });
   return true;
+}
+
+void routeGrpcLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static auto grpcLogger = get("grpc");
+    gpr_set_log_function([](gpr_log_func_args* args) {
+      grpcLogger->debug("{}:{} {}", args->file, args->line, args->message);
+    });
+  });
 }
 
 }  // namespace muster::log

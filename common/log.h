@@ -16,4 +16,8 @@ std::shared_ptr<spdlog::logger> get(const std::string& component);
 // Returns false (and changes nothing) for an unknown name.
 bool setLevel(const std::string& level);
 
+// Sends gRPC's own log lines to the "grpc" logger at debug level: muster reports what matters
+// itself, in one line. Call before the first gRPC object is made; later calls do nothing.
+void routeGrpcLogs();
+
 }  // namespace muster::log

@@ -5,7 +5,11 @@
 #include <cstdio>
 #include <iostream>
 
+#include <grpcpp/grpcpp.h>
+
 #include "common/files.h"
+#include "common/log.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "rendezvous/store_client.h"
 
 using muster::rendezvous::ClientOptions;
@@ -16,6 +20,36 @@ namespace {
 int failed(const absl::Status& status) {
   std::fprintf(stderr, "rendezvousctl: %s\n", status.ToString().c_str());
   return 1;
+}
+
+// One Check call, without the store's own handshake: what a liveness probe wants.
+int checkHealth(const ClientOptions& options, double timeoutS) {
+  muster::log::routeGrpcLogs();
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  if (!options.tlsCaPem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tlsCaPem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.tlsServerName.empty()) args.SetSslTargetNameOverride(options.tlsServerName);
+  }
+  auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000)));
+  context.set_wait_for_ready(true);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  auto status = stub->Check(&context, request, &response);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rendezvousctl: health check of %s failed: %s\n", options.target.c_str(),
+                 status.error_message().c_str());
+    return 1;
+  }
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+            << std::endl;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }
 
 }  // namespace
@@ -62,6 +96,8 @@ int main(int argc, char** argv) {
   auto* append = app.add_subcommand("append", "append KEY VALUE");
   append->add_option("key", key)->required();
   append->add_option("value", value)->required();
+  auto* health = app.add_subcommand(
+      "health", "ask the grpc.health.v1 service; print SERVING (exit 0) or why not (exit 1)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -81,6 +117,7 @@ int main(int argc, char** argv) {
     options.tlsCaPem = *ca;
   }
   auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
+  if (*health) return checkHealth(options, timeoutS);
   auto client = StoreClient::connect(options, deadline);
   if (!client.ok()) return failed(client.status());
   auto& store = **client;

@@ -164,6 +164,7 @@ class Session {
 class ClientConnection {
  public:
   explicit ClientConnection(const ClientOptions& options) : options_(options) {
+    log::routeGrpcLogs();
     std::shared_ptr<grpc::ChannelCredentials> credentials;
     if (!options.tlsCaPem.empty()) {
       grpc::SslCredentialsOptions ssl;

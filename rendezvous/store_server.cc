@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   if (options.tlsCertPem.empty() != options.tlsKeyPem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its key");
   }
+  log::routeGrpcLogs();
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->memory_ = std::make_shared<MemoryStore>(options.limits);
   server->service_ = std::make_unique<StoreService>(server->memory_, options.token);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -21,9 +22,16 @@ extern char** environ;
 
 namespace muster::testing {
 
+// The build tree: $MUSTER_BUILD_DIR (ctest sets it), else the nearest folder above this test
+// binary that holds CMakeCache.txt.
 inline std::string buildDir() {
-  const char* dir = std::getenv("MUSTER_BUILD_DIR");
-  return dir ? dir : ".";
+  if (const char* dir = std::getenv("MUSTER_BUILD_DIR")) return dir;
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  for (; !path.empty() && path != path.root_path(); path = path.parent_path()) {
+    if (std::filesystem::exists(path / "CMakeCache.txt")) return path.string();
+  }
+  return ".";
 }
 
 // A child's exit: code >= 0 when it exited, signal > 0 when a signal ended it.

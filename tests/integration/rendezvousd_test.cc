@@ -1,0 +1,163 @@
+// rendezvousd and rendezvousctl as real processes: flags, the bound address, blocking across
+// processes, token, port in use, graceful shutdown.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "rendezvous/store_client.h"
+#include "tests/support/child.h"
+
+namespace muster {
+namespace {
+
+using testing::buildDir;
+using testing::Child;
+namespace fs = std::filesystem;
+
+std::string daemon() { return buildDir() + "/rendezvous/rendezvousd"; }
+std::string ctl() { return buildDir() + "/rendezvous/rendezvousctl"; }
+constexpr Millis kStart{15000};
+
+// A running rendezvousd on 127.0.0.1 and a free port, read back from its log.
+struct Daemon {
+  explicit Daemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{daemon(), "--host", "127.0.0.1", "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    child = std::make_unique<Child>(argv);
+    auto line = child->waitForLine(R"(store listening on (127\.0\.0\.1:(\d+)))", kStart);
+    if (line) {
+      address = (*line)[1];
+      port = std::stoi((*line)[2]);
+    }
+  }
+  std::unique_ptr<Child> child;
+  std::string address;
+  int port = 0;
+};
+
+TEST(Rendezvousd, LogsTheAddressItBoundOnPortZero) {
+  Daemon d;
+  ASSERT_GT(d.port, 0) << d.child->stderrText();
+  Child set({ctl(), "--addr", d.address, "set", "greeting", "hello"});
+  ASSERT_EQ(set.wait(kStart)->code, 0) << set.stderrText();
+  Child get({ctl(), "--addr", d.address, "get", "greeting"});
+  ASSERT_EQ(get.wait(kStart)->code, 0) << get.stderrText();
+  EXPECT_EQ(get.stdoutText(), "hello\n");
+  Child health({ctl(), "--addr", d.address, "health"});
+  ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText();
+  EXPECT_EQ(health.stdoutText(), "SERVING\n");
+}
+
+TEST(Rendezvousd, GetBlockedInOneProcessIsReleasedBySetFromAnother) {
+  Daemon d;
+  ASSERT_GT(d.port, 0);
+  Child getter({ctl(), "--addr", d.address, "--ns", "job7", "--timeout", "60", "get", "ready"});
+  // Still waiting: nobody has set the key.
+  EXPECT_FALSE(getter.wait(Millis(300)).has_value());
+  Child setter({ctl(), "--addr", d.address, "--ns", "job7", "set", "ready", "go"});
+  ASSERT_EQ(setter.wait(kStart)->code, 0) << setter.stderrText();
+  auto done = getter.wait(kStart);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->code, 0) << getter.stderrText();
+  EXPECT_EQ(getter.stdoutText(), "go\n");
+}
+
+TEST(Rendezvousd, TimedOutGetSaysWhichKeyIsMissing) {
+  Daemon d;
+  Child getter({ctl(), "--addr", d.address, "--timeout", "0.3", "get", "absent"});
+  auto done = getter.wait(kStart);
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->code, 1);
+  EXPECT_NE(getter.stderrText().find("missing 'absent'"), std::string::npos)
+      << getter.stderrText();
+}
+
+TEST(Rendezvousd, SigtermEndsPendingWaitsWithAnErrorAndExitsZero) {
+  Daemon d;
+  ASSERT_GT(d.port, 0);
+  rendezvous::ClientOptions options;
+  options.target = d.address;
+  auto client = rendezvous::StoreClient::connect(options, deadlineAfter(kStart));
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::string> result;
+  std::thread waiter([&] { result = (*client)->get("never", deadlineAfter(Millis(60000))); });
+  // Wait until the get has left this process: a second op on the same stream proves the
+  // first was sent.
+  ASSERT_TRUE((*client)->numKeys().ok());
+  d.child->kill(SIGTERM);
+  auto exit = d.child->wait(kStart);
+  waiter.join();
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << d.child->stderrText();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_TRUE(d.child->waitForLine("received SIGTERM; shutting down", Millis(0)).has_value());
+}
+
+TEST(Rendezvousd, TokenFileGuardsTheStore) {
+  fs::path token = fs::temp_directory_path() / ("muster-token-" + std::to_string(getpid()));
+  std::ofstream(token) << "let-me-in\n";
+  Daemon d({"--token-file", token.string()});
+  ASSERT_GT(d.port, 0) << d.child->stderrText();
+  Child anonymous({ctl(), "--addr", d.address, "--timeout", "5", "set", "k", "v"});
+  auto refused = anonymous.wait(kStart);
+  EXPECT_EQ(refused->code, 1);
+  EXPECT_NE(anonymous.stderrText().find("UNAUTHENTICATED"), std::string::npos)
+      << anonymous.stderrText();
+  Child member({ctl(), "--addr", d.address, "--token-file", token.string(), "set", "k", "v"});
+  EXPECT_EQ(member.wait(kStart)->code, 0) << member.stderrText();
+  EXPECT_TRUE(d.child->waitForLine("rejected a request from .* without a valid token", kStart));
+  fs::remove(token);
+}
+
+TEST(Rendezvousd, PortInUseIsOneLineNamingTheAddressAndExitOne) {
+  Daemon first;
+  ASSERT_GT(first.port, 0);
+  Child second({daemon(), "--host", "127.0.0.1", "--port", std::to_string(first.port)});
+  auto exit = second.wait(kStart);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  ASSERT_EQ(second.stderrLines().size(), 1u) << second.stderrText();
+  EXPECT_NE(second.stderrText().find(first.address), std::string::npos) << second.stderrText();
+  EXPECT_NE(second.stderrText().find("in use"), std::string::npos) << second.stderrText();
+}
+
+struct BadFlags {
+  std::vector<std::string> args;
+  std::string mentions;
+};
+
+class RendezvousdBadFlags : public ::testing::TestWithParam<BadFlags> {};
+
+TEST_P(RendezvousdBadFlags, OneLineAndExitTwo) {
+  std::vector<std::string> argv{daemon()};
+  argv.insert(argv.end(), GetParam().args.begin(), GetParam().args.end());
+  Child child(argv);
+  auto exit = child.wait(kStart);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 2) << child.stderrText();
+  EXPECT_EQ(child.stderrLines().size(), 1u) << child.stderrText();
+  EXPECT_NE(child.stderrText().find(GetParam().mentions), std::string::npos) << child.stderrText();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, RendezvousdBadFlags,
+    ::testing::Values(BadFlags{{"--bogus"}, "--bogus"},
+                      BadFlags{{"--port", "70000"}, "--port"},
+                      BadFlags{{"--port", "abc"}, "--port"},
+                      BadFlags{{"--token-file", "/nonexistent/token"}, "/nonexistent/token"},
+                      BadFlags{{"--max-value-bytes", "-5"}, "--max-value-bytes"},
+                      BadFlags{{"--log-level", "loud"}, "--log-level"},
+                      BadFlags{{"--tls-cert", "/etc/hostname"}, "--tls-key"}));
+
+TEST(Rendezvousctl, UnreachableStoreFailsWithinTheTimeout) {
+  Child ctlChild({ctl(), "--addr", "127.0.0.1:1", "--timeout", "0.5", "num-keys"});
+  auto exit = ctlChild.wait(kStart);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_NE(ctlChild.stderrText().find("127.0.0.1:1"), std::string::npos) << ctlChild.stderrText();
+}
+
+}  // namespace
+}  // namespace muster
