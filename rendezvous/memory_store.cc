@@ -16,6 +16,7 @@ constexpr int kDeadlineExceeded = 4;
 constexpr int kOutOfRange = 11;
 constexpr int kResourceExhausted = 8;
 constexpr int kUnavailable = 14;
+constexpr char kStoreVersion[] = "muster.v1 store 0.1";
 
 bool fail(pb::StoreResponse& resp, int code, std::string message) {
   resp.set_code(code);
@@ -39,6 +40,67 @@ std::string keyList(const std::vector<std::string>& keys) {
 }
 
 }  // namespace
+
+absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& limits) {
+  auto key = [&](const std::string& k) {
+    if (k.size() <= limits.maxKeyBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(fmt::format("key of {} bytes exceeds max_key_bytes={}",
+                                                  k.size(), limits.maxKeyBytes));
+  };
+  auto value = [&](const std::string& k, size_t bytes) {
+    if (bytes <= limits.maxValueBytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        fmt::format("value of {} bytes for key {} exceeds max_value_bytes={}", bytes, quoted(k),
+                    limits.maxValueBytes));
+  };
+  auto keys = [&](const auto& list) {
+    if (static_cast<size_t>(list.size()) > limits.maxKeysPerCall) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{} keys in one call exceed max_keys_per_call={}", list.size(), limits.maxKeysPerCall));
+    }
+    for (const auto& k : list) {
+      if (auto s = key(k); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  switch (req.op_case()) {
+    case pb::StoreRequest::kSet: {
+      if (auto s = key(req.set().key()); !s.ok()) return s;
+      return value(req.set().key(), req.set().value().size());
+    }
+    case pb::StoreRequest::kGet: return key(req.get().key());
+    case pb::StoreRequest::kAdd: return key(req.add().key());
+    case pb::StoreRequest::kCompareSet: {
+      const auto& op = req.compare_set();
+      if (auto s = key(op.key()); !s.ok()) return s;
+      return value(op.key(), op.desired().size());
+    }
+    case pb::StoreRequest::kCheck: return keys(req.check().keys());
+    case pb::StoreRequest::kWait: return keys(req.wait().keys());
+    case pb::StoreRequest::kDeleteKey: return key(req.delete_key().key());
+    case pb::StoreRequest::kMultiGet: return keys(req.multi_get().keys());
+    case pb::StoreRequest::kMultiSet: {
+      const auto& op = req.multi_set();
+      if (op.keys_size() != op.values_size()) {
+        return absl::InvalidArgumentError(
+            fmt::format("multi_set: {} keys but {} values", op.keys_size(), op.values_size()));
+      }
+      if (auto s = keys(op.keys()); !s.ok()) return s;
+      for (int i = 0; i < op.keys_size(); ++i) {
+        if (auto s = value(op.keys(i), op.values(i).size()); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    }
+    case pb::StoreRequest::kAppend: return key(req.append().key());
+    case pb::StoreRequest::kNumKeys:
+    case pb::StoreRequest::kClear:
+    case pb::StoreRequest::kInfo:
+      return absl::OkStatus();
+    case pb::StoreRequest::OP_NOT_SET:
+    default:
+      return absl::InvalidArgumentError("the request carries no known operation");
+  }
+}
 
 MemoryStore::MemoryStore(StoreLimits limits) : limits_(limits) {
   timer_ = std::thread([this] { timerLoop(); });
@@ -71,8 +133,11 @@ MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completi
   WaiterId parked = kNotPending;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    absl::Status valid = validateRequest(req, limits_);
     if (shutdown_) {
       fail(resp, kUnavailable, "store is shutting down");
+    } else if (!valid.ok()) {
+      fail(resp, static_cast<int>(valid.code()), std::string(valid.message()));
     } else {
       std::vector<std::string> waitKeys;
       switch (req.op_case()) {
@@ -87,7 +152,7 @@ MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completi
                       req.op_case() == pb::StoreRequest::kWait ||
                       req.op_case() == pb::StoreRequest::kMultiGet;
       if (blocking) {
-        if (park(req, waitKeys, done, resp)) parked = nextWaiter_ - 1;
+        if (park(req, std::move(waitKeys), done, resp)) parked = nextWaiter_ - 1;
       } else {
         run(req, resp, ready);
       }
@@ -100,25 +165,13 @@ MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completi
 
 // Answers a blocking operation whose keys are all present, or parks it. Returns true when
 // parked (then `done` has been moved into the waiter).
-bool MemoryStore::park(const pb::StoreRequest& req, const std::vector<std::string>& keys,
+bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> keys,
                        Completion& done, pb::StoreResponse& resp) {
-  if (keys.size() > limits_.maxKeysPerCall) {
-    return fail(resp, kInvalidArgument,
-                fmt::format("{} keys in one call exceed max_keys_per_call={}", keys.size(),
-                            limits_.maxKeysPerCall));
-  }
-  for (const auto& key : keys) {
-    if (key.size() > limits_.maxKeyBytes) {
-      return fail(resp, kInvalidArgument,
-                  fmt::format("key of {} bytes exceeds max_key_bytes={}", key.size(),
-                              limits_.maxKeyBytes));
-    }
-  }
   Namespace& space = spaces_[req.ns()];
   Waiter w;
   w.op = req.op_case();
-  w.keys = keys;
-  if (allPresent(space, keys)) {
+  w.keys = std::move(keys);
+  if (allPresent(space, w.keys)) {
     fillValues(space, w, resp);
     return false;
   }
@@ -133,7 +186,7 @@ bool MemoryStore::park(const pb::StoreRequest& req, const std::vector<std::strin
   w.timeoutMs = req.timeout_ms();
   w.deadline = deadlineAfter(Millis(req.timeout_ms()));
   w.done = std::move(done);
-  for (const auto& key : keys) space.watchers[key].insert(id);
+  for (const auto& key : w.keys) space.watchers[key].insert(id);
   if (w.deadline != kNoDeadline) {
     bool earliest = timeouts_.empty() || w.deadline < timeouts_.begin()->first;
     timeouts_.emplace(w.deadline, id);
@@ -221,38 +274,18 @@ bool MemoryStore::setLocked(Namespace& space, const std::string& ns, const std::
   return true;
 }
 
+// Requests here have passed validateRequest: sizes and counts are within the limits.
 void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Ready& ready) {
-  auto checkKey = [&](const std::string& key) {
-    if (key.size() <= limits_.maxKeyBytes) return true;
-    return fail(resp, kInvalidArgument,
-                fmt::format("key of {} bytes exceeds max_key_bytes={}", key.size(),
-                            limits_.maxKeyBytes));
-  };
-  auto checkValue = [&](const std::string& key, size_t bytes) {
-    if (bytes <= limits_.maxValueBytes) return true;
-    return fail(resp, kInvalidArgument,
-                fmt::format("value of {} bytes for key {} exceeds max_value_bytes={}", bytes,
-                            quoted(key), limits_.maxValueBytes));
-  };
-  auto checkCount = [&](size_t n) {
-    if (n <= limits_.maxKeysPerCall) return true;
-    return fail(resp, kInvalidArgument,
-                fmt::format("{} keys in one call exceed max_keys_per_call={}", n,
-                            limits_.maxKeysPerCall));
-  };
   resp.set_code(kOk);
   Namespace& space = spaces_[req.ns()];
   switch (req.op_case()) {
     case pb::StoreRequest::kSet: {
       const auto& op = req.set();
-      if (checkKey(op.key()) && checkValue(op.key(), op.value().size())) {
-        setLocked(space, req.ns(), op.key(), op.value(), resp, ready);
-      }
+      setLocked(space, req.ns(), op.key(), op.value(), resp, ready);
       return;
     }
     case pb::StoreRequest::kAdd: {
       const auto& op = req.add();
-      if (!checkKey(op.key())) return;
       int64_t current = 0;
       auto it = space.kv.find(op.key());
       if (it != space.kv.end()) {
@@ -278,7 +311,6 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     }
     case pb::StoreRequest::kCompareSet: {
       const auto& op = req.compare_set();
-      if (!checkKey(op.key()) || !checkValue(op.key(), op.desired().size())) return;
       auto it = space.kv.find(op.key());
       if (it == space.kv.end()) {
         if (op.expected().empty()) {
@@ -298,19 +330,13 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       return;
     }
     case pb::StoreRequest::kCheck: {
-      const auto& keys = req.check().keys();
-      if (!checkCount(keys.size())) return;
       bool all = true;
-      for (const auto& key : keys) {
-        if (!checkKey(key)) return;
-        all = all && space.kv.count(key) > 0;
-      }
+      for (const auto& key : req.check().keys()) all = all && space.kv.count(key) > 0;
       resp.set_flag(all);
       return;
     }
     case pb::StoreRequest::kDeleteKey: {
       const auto& key = req.delete_key().key();
-      if (!checkKey(key)) return;
       auto it = space.kv.find(key);
       if (it == space.kv.end()) {
         resp.set_number(0);
@@ -326,16 +352,9 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       return;
     case pb::StoreRequest::kMultiSet: {
       const auto& op = req.multi_set();
-      if (op.keys_size() != op.values_size()) {
-        fail(resp, kInvalidArgument,
-             fmt::format("multi_set: {} keys but {} values", op.keys_size(), op.values_size()));
-        return;
-      }
-      if (!checkCount(op.keys_size())) return;
-      // Validate everything first so that a rejected call changes nothing.
+      // Check the room first so that a rejected call changes nothing.
       int64_t delta = 0;
       for (int i = 0; i < op.keys_size(); ++i) {
-        if (!checkKey(op.keys(i)) || !checkValue(op.keys(i), op.values(i).size())) return;
         auto it = space.kv.find(op.keys(i));
         delta += static_cast<int64_t>(op.keys(i).size() + op.values(i).size());
         if (it != space.kv.end()) delta -= static_cast<int64_t>(op.keys(i).size() + it->second.size());
@@ -354,11 +373,15 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     }
     case pb::StoreRequest::kAppend: {
       const auto& op = req.append();
-      if (!checkKey(op.key())) return;
       auto it = space.kv.find(op.key());
       std::string value = it == space.kv.end() ? std::string() : it->second;
       value += op.value();
-      if (!checkValue(op.key(), value.size())) return;
+      if (value.size() > limits_.maxValueBytes) {
+        fail(resp, kInvalidArgument,
+             fmt::format("appending to key {} makes its value {} bytes, over max_value_bytes={}",
+                         quoted(op.key()), value.size(), limits_.maxValueBytes));
+        return;
+      }
       size_t length = value.size();
       if (setLocked(space, req.ns(), op.key(), std::move(value), resp, ready)) {
         resp.set_number(static_cast<int64_t>(length));
@@ -373,10 +396,17 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       if (space.watchers.empty()) spaces_.erase(req.ns());
       return;
     }
-    case pb::StoreRequest::OP_NOT_SET:
-    default:
-      fail(resp, kInvalidArgument, "the request carries no known operation");
+    case pb::StoreRequest::kInfo: {
+      auto* info = resp.mutable_info();
+      info->set_max_key_bytes(limits_.maxKeyBytes);
+      info->set_max_value_bytes(limits_.maxValueBytes);
+      info->set_max_keys_per_call(limits_.maxKeysPerCall);
+      info->set_max_total_bytes(limits_.maxTotalBytes);
+      info->set_version(kStoreVersion);
       return;
+    }
+    default:
+      return;  // validateRequest refused anything else
   }
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/deadline.h"
 #include "muster/v1/store.pb.h"
 
@@ -31,6 +32,11 @@ struct StoreLimits {
   size_t maxTotalBytes = size_t{2} << 30;
   size_t maxWaiters = 1'000'000;
 };
+
+// Checks what can be checked without the store's state: key sizes, value sizes, keys per call,
+// multi_set's shape. INVALID_ARGUMENT naming the limit, else OK. Used by the store on every
+// request and by clients before they send a request they do not wait for.
+absl::Status validateRequest(const pb::StoreRequest& request, const StoreLimits& limits);
 
 // Thread-safety: every method may be called from any thread. One mutex owns all state;
 // completions run outside it. A timer thread ends waiters whose deadline passes.
@@ -82,8 +88,8 @@ class MemoryStore {
 
   // All of these run with mu_ held.
   void run(const pb::StoreRequest& req, pb::StoreResponse& resp, Ready& ready);
-  bool park(const pb::StoreRequest& req, const std::vector<std::string>& keys,
-            Completion& done, pb::StoreResponse& resp);
+  bool park(const pb::StoreRequest& req, std::vector<std::string> keys, Completion& done,
+            pb::StoreResponse& resp);
   bool setLocked(Namespace& space, const std::string& ns, const std::string& key,
                  std::string value, pb::StoreResponse& resp, Ready& ready);
   void keyArrived(Namespace& space, const std::string& key, Ready& ready);

@@ -39,11 +39,15 @@ bool Store::idempotent(const pb::StoreRequest& request) {
   }
 }
 
+absl::Status Store::post(pb::StoreRequest& request) {
+  return execute(request, quickDeadline()).status();
+}
+
 absl::Status Store::set(std::string_view key, std::string_view value) {
   pb::StoreRequest req;
   req.mutable_set()->set_key(std::string(key));
   req.mutable_set()->set_value(std::string(value));
-  return execute(req, quickDeadline()).status();
+  return post(req);
 }
 
 absl::StatusOr<std::string> Store::get(std::string_view key, Deadline deadline) {
@@ -137,7 +141,7 @@ absl::Status Store::multiSet(const std::vector<std::string>& keys,
     op->add_keys(keys[i]);
     op->add_values(values[i]);
   }
-  return execute(req, quickDeadline()).status();
+  return post(req);
 }
 
 absl::StatusOr<int64_t> Store::append(std::string_view key, std::string_view value) {
@@ -155,6 +159,18 @@ absl::StatusOr<int64_t> Store::clear() {
   auto resp = execute(req, quickDeadline());
   if (!resp.ok()) return resp.status();
   return resp->number();
+}
+
+}  // namespace muster::rendezvous
+
+namespace muster::rendezvous {
+
+absl::StatusOr<pb::ServerInfo> Store::info() {
+  pb::StoreRequest req;
+  req.mutable_info();
+  auto resp = execute(req, quickDeadline());
+  if (!resp.ok()) return resp.status();
+  return std::move(*resp->mutable_info());
 }
 
 }  // namespace muster::rendezvous

@@ -28,6 +28,10 @@ class Store {
   // The namespace (run id / round) this view works in.
   virtual const std::string& ns() const = 0;
 
+  // Over a connection, set and multiSet do not wait for the server (as c10d's TCPStore does
+  // not): the value is visible to this client's later operations at once and to others as
+  // soon as it arrives. A set the server refuses (a limit) fails the next operation of this
+  // connection with the server's message, and is logged.
   absl::Status set(std::string_view key, std::string_view value);
   // Blocks until `key` exists or `deadline` passes.
   absl::StatusOr<std::string> get(std::string_view key, Deadline deadline);
@@ -52,12 +56,16 @@ class Store {
   absl::StatusOr<int64_t> append(std::string_view key, std::string_view value);
   // Deletes every key of this namespace; returns how many there were.
   absl::StatusOr<int64_t> clear();
+  // The server's limits and version.
+  absl::StatusOr<pb::ServerInfo> info();
 
  protected:
   // Runs one request (its ns is already set) and returns the server's response, whose code is
   // OK; a non-OK code comes back as the error status. `deadline` bounds the whole exchange.
   virtual absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request,
                                                     Deadline deadline) = 0;
+  // Sends a request whose answer nobody waits for (set, multi_set). By default: execute.
+  virtual absl::Status post(pb::StoreRequest& request);
   // Whether running the request twice has the effect of running it once: only such requests
   // are retried over a broken connection.
   static bool idempotent(const pb::StoreRequest& request);

@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -16,6 +15,7 @@
 
 #include "common/log.h"
 #include "muster/v1/store.grpc.pb.h"
+#include "rendezvous/memory_store.h"
 #include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
@@ -44,118 +44,207 @@ Millis jittered(Millis base) {
   return Millis(static_cast<int64_t>(base.count() * factor(rng)));
 }
 
-// One Session stream. Broken for good once its reader sees the end; the connection then opens
-// a new one.
+// Ids of quiet requests (answered only on failure) carry this bit, so that their failure
+// answers are told apart from late answers to callers that gave up.
+constexpr uint64_t kQuietBit = uint64_t{1} << 63;
+
+// Whether a failure is the connection's (worth a new session), not the server's answer.
+bool isTransport(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable;
+}
+
+// One Session stream. There is no reader thread: a caller waiting for its answer reads the
+// stream itself when nobody else is reading, and hands every answer it reads to its owner
+// (leader/followers). A lone caller so gets its answer without a thread hand-off.
+// Broken for good once a read sees the end; the connection then opens a new one.
 class Session {
  public:
   Session(pb::Store::Stub& stub, const std::string& token) {
     if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, token);
     stream_ = stub.Session(&context_);
-    reader_ = std::thread([this] { readLoop(); });
   }
 
+  // Half-closes, then reads what is left (answers to quiet requests) so that the server has
+  // applied every request before the stream ends; gives up after kCloseWait.
   ~Session() {
-    context_.TryCancel();
-    reader_.join();
+    static constexpr Millis kCloseWait{2000};
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !readerActive_; });
+    if (broken_) return;
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> w(writeMu_);
+      stream_->WritesDone();
+    }
+    std::mutex watchMu;
+    std::condition_variable watchCv;
+    bool drained = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> l(watchMu);
+      if (!watchCv.wait_for(l, kCloseWait, [&] { return drained; })) context_.TryCancel();
+    });
+    pb::StoreResponse response;
+    while (stream_->Read(&response)) {
+      std::lock_guard<std::mutex> l(mu_);
+      noteQuietFailureLocked(response);
+    }
+    stream_->Finish();
+    {
+      std::lock_guard<std::mutex> l(watchMu);
+      drained = true;
+    }
+    watchCv.notify_all();
+    watchdog.join();
   }
 
-  bool broken() const { return broken_.load(); }
+  bool broken() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
+
+  // Sends the request without waiting for an answer. Errors: a transport failure (`*transport`
+  // set), or the failure of an earlier quiet request.
+  absl::Status post(pb::StoreRequest& request, bool* transport) {
+    *transport = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_) {
+        *transport = isTransport(brokenStatus_);
+        return brokenStatus_;
+      }
+      if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
+    }
+    request.set_quiet(true);
+    request.set_id(nextId_.fetch_add(1) | kQuietBit);
+    bool written;
+    {
+      std::lock_guard<std::mutex> w(writeMu_);
+      written = stream_->Write(request);
+    }
+    if (!written) {
+      // The stream has ended; without a reader to learn why, say so and let the connection
+      // open a new one.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
+      *transport = isTransport(brokenStatus_);
+      return brokenStatus_;
+    }
+    return absl::OkStatus();
+  }
 
   // Sends the request and waits for its answer. A transport failure comes back as UNAVAILABLE
   // with `*transport` set.
   absl::StatusOr<pb::StoreResponse> call(pb::StoreRequest& request, Deadline deadline,
                                          bool* transport) {
     *transport = false;
-    auto slot = std::make_shared<std::promise<absl::StatusOr<pb::StoreResponse>>>();
-    auto answer = slot->get_future();
     uint64_t id = nextId_.fetch_add(1);
     request.set_id(id);
+    request.set_quiet(false);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (broken_) {
+      *transport = isTransport(brokenStatus_);
+      return brokenStatus_;
+    }
+    if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
+    // References to unordered_map elements survive rehashing.
+    auto& slot = pending_[id];
+    lock.unlock();
     {
-      std::lock_guard<std::mutex> lock(pendingMu_);
+      // A failed write means the stream is ending; reading below says why.
+      std::lock_guard<std::mutex> w(writeMu_);
+      stream_->Write(request);
+    }
+    lock.lock();
+    Deadline giveUp = deadline == kNoDeadline ? kNoDeadline : deadline + kAnswerGrace;
+    while (true) {
+      if (slot.has_value()) {
+        auto result = std::move(*slot);
+        pending_.erase(id);
+        *transport = !result.ok() && isTransport(result.status());
+        return result;
+      }
       if (broken_) {
-        *transport = true;
+        pending_.erase(id);
+        *transport = isTransport(brokenStatus_);
         return brokenStatus_;
       }
-      pending_.emplace(id, slot);
+      if (!readerActive_) {
+        readerActive_ = true;
+        lock.unlock();
+        pb::StoreResponse response;
+        bool ok = stream_->Read(&response);
+        grpc::Status ended;
+        if (!ok) {
+          std::lock_guard<std::mutex> w(writeMu_);
+          ended = stream_->Finish();
+        }
+        lock.lock();
+        readerActive_ = false;
+        if (ok) {
+          dispatchLocked(std::move(response));
+        } else {
+          breakLocked(ended);
+        }
+        cv_.notify_all();
+        continue;
+      }
+      if (giveUp == kNoDeadline) {
+        cv_.wait(lock);
+      } else if (cv_.wait_until(lock, giveUp) == std::cv_status::timeout && !slot.has_value()) {
+        pending_.erase(id);
+        return absl::DeadlineExceededError("the store did not answer before the deadline");
+      }
     }
-    bool written;
-    {
-      std::lock_guard<std::mutex> lock(writeMu_);
-      written = stream_->Write(request);
-    }
-    if (!written) {
-      // The reader will fail every pending call, this one included, with the stream's status.
-      *transport = true;
-    }
-    std::future_status ready = std::future_status::ready;
-    if (deadline == kNoDeadline) {
-      answer.wait();
-    } else {
-      auto limit = deadline + kAnswerGrace;
-      ready = answer.wait_until(limit);
-    }
-    if (ready != std::future_status::ready) {
-      std::lock_guard<std::mutex> lock(pendingMu_);
-      pending_.erase(id);
-      return absl::DeadlineExceededError("the store did not answer before the deadline");
-    }
-    // The reader answers with a StoreResponse whenever the server did; an error status means
-    // the stream ended under this call.
-    auto result = answer.get();
-    *transport = !result.ok() && result.status().code() == absl::StatusCode::kUnavailable;
-    return result;
   }
 
  private:
-  void readLoop() {
-    pb::StoreResponse response;
-    while (stream_->Read(&response)) {
-      std::shared_ptr<std::promise<absl::StatusOr<pb::StoreResponse>>> slot;
-      {
-        std::lock_guard<std::mutex> lock(pendingMu_);
-        auto it = pending_.find(response.id());
-        if (it == pending_.end()) continue;  // its caller gave up
-        slot = std::move(it->second);
-        pending_.erase(it);
-      }
-      slot->set_value(std::move(response));
-      response = pb::StoreResponse();
+  // A quiet request is answered only when it failed: log it, and keep the first such failure
+  // for the next operation to return.
+  void noteQuietFailureLocked(const pb::StoreResponse& response) {
+    if (response.code() == 0) return;
+    absl::Status status = responseStatus(response);
+    logger()->error("the store refused a set: {}", std::string(status.message()));
+    if (deferred_.ok()) {
+      deferred_ = absl::Status(
+          status.code(), fmt::format("an earlier set failed: {}", std::string(status.message())));
     }
-    grpc::Status status;
-    {
-      std::lock_guard<std::mutex> lock(writeMu_);
-      stream_->WritesDone();
-      status = stream_->Finish();
+  }
+
+  void dispatchLocked(pb::StoreResponse&& response) {
+    if (response.id() & kQuietBit) {
+      noteQuietFailureLocked(response);
+      return;
     }
-    absl::Status why;
+    auto it = pending_.find(response.id());
+    if (it == pending_.end()) return;  // its caller gave up
+    it->second = std::move(response);
+  }
+
+  void breakLocked(const grpc::Status& status) {
+    broken_ = true;
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      why = absl::UnauthenticatedError(status.error_message());
+      brokenStatus_ = absl::UnauthenticatedError(status.error_message());
     } else {
-      why = absl::UnavailableError(fmt::format("connection to the store lost: {} ({})",
-                                               status.error_message(),
-                                               static_cast<int>(status.error_code())));
+      brokenStatus_ = absl::UnavailableError(fmt::format(
+          "connection to the store lost: {} (code {})", status.error_message(),
+          static_cast<int>(status.error_code())));
     }
-    std::unordered_map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<pb::StoreResponse>>>>
-        orphans;
-    {
-      std::lock_guard<std::mutex> lock(pendingMu_);
-      broken_ = true;
-      brokenStatus_ = why;
-      orphans.swap(pending_);
+    for (auto& [id, slot] : pending_) {
+      if (!slot.has_value()) slot = brokenStatus_;
     }
-    for (auto& [id, slot] : orphans) slot->set_value(why);
   }
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<pb::StoreRequest, pb::StoreResponse>> stream_;
-  std::mutex writeMu_;
-  std::mutex pendingMu_;
-  std::unordered_map<uint64_t, std::shared_ptr<std::promise<absl::StatusOr<pb::StoreResponse>>>>
-      pending_;
-  std::atomic<bool> broken_{false};
+  std::mutex writeMu_;  // one writer at a time (gRPC allows one read and one write at once)
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<uint64_t, std::optional<absl::StatusOr<pb::StoreResponse>>> pending_;
+  bool readerActive_ = false;
+  bool broken_ = false;
   absl::Status brokenStatus_;
+  absl::Status deferred_;
   std::atomic<uint64_t> nextId_{1};
-  std::thread reader_;
 };
 
 }  // namespace
@@ -188,6 +277,7 @@ class ClientConnection {
       args.SetSslTargetNameOverride(options.tlsServerName);
     }
     channel_ = grpc::CreateCustomChannel(options.target, credentials, args);
+    limits_.maxKeyBytes = limits_.maxValueBytes = limits_.maxKeysPerCall = SIZE_MAX;
     stub_ = pb::Store::NewStub(channel_);
   }
 
@@ -208,6 +298,38 @@ class ClientConnection {
     if (!status.ok()) return status;
     session_ = std::make_shared<Session>(*stub_, options_.token);
     return session_;
+  }
+
+  void setLimits(const pb::ServerInfo& info) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limits_.maxKeyBytes = info.max_key_bytes();
+    limits_.maxValueBytes = info.max_value_bytes();
+    limits_.maxKeysPerCall = info.max_keys_per_call();
+    limits_.maxTotalBytes = info.max_total_bytes();
+  }
+
+  // Sends a quiet request; a broken stream is reopened and the request sent again (only
+  // set and multi_set are posted, and both are safe to repeat). What the server's limits
+  // refuse is refused here, at once, with the server's words.
+  absl::Status post(pb::StoreRequest& request, Deadline deadline) {
+    StoreLimits limits;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limits = limits_;
+    }
+    if (auto valid = validateRequest(request, limits); !valid.ok()) return valid;
+    Millis backoff = kFirstBackoff;
+    while (true) {
+      auto session = this->session(deadline);
+      if (!session.ok()) return session.status();
+      bool transport = false;
+      absl::Status status = (*session)->post(request, &transport);
+      if (!transport) return status;
+      Millis pause = jittered(backoff);
+      if (deadline != kNoDeadline && Clock::now() + pause >= deadline) return status;
+      std::this_thread::sleep_for(pause);
+      backoff = std::min(kMaxBackoff, backoff * 2);
+    }
   }
 
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request, Deadline deadline,
@@ -248,6 +370,7 @@ class ClientConnection {
   std::unique_ptr<pb::Store::Stub> stub_;
   std::mutex mu_;
   std::shared_ptr<Session> session_;
+  StoreLimits limits_;  // the server's, once connect has asked; unlimited until then
 };
 
 StoreClient::StoreClient(std::shared_ptr<ClientConnection> connection, std::string ns)
@@ -267,18 +390,24 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::connect(const ClientOp
   auto connected = connection->waitConnected(deadline);
   if (!connected.ok()) return connected;
   std::unique_ptr<StoreClient> client(new StoreClient(connection, options.ns));
-  // One real round trip proves the store answers and accepts our token.
-  auto probe = client->numKeys();
-  if (!probe.ok()) {
-    return absl::Status(probe.status().code(),
+  // One real round trip proves the store answers and accepts our token, and brings its limits.
+  auto info = client->info();
+  if (!info.ok()) {
+    return absl::Status(info.status().code(),
                         fmt::format("cannot use the store at {}: {}", options.target,
-                                    std::string(probe.status().message())));
+                                    std::string(info.status().message())));
   }
+  connection->setLimits(*info);
   return client;
 }
 
 std::unique_ptr<StoreClient> StoreClient::withNamespace(std::string ns) const {
   return std::unique_ptr<StoreClient>(new StoreClient(connection_, std::move(ns)));
+}
+
+absl::Status StoreClient::post(pb::StoreRequest& request) {
+  request.set_ns(ns_);
+  return connection_->post(request, quickDeadline());
 }
 
 absl::StatusOr<pb::StoreResponse> StoreClient::execute(pb::StoreRequest& request,

@@ -41,6 +41,7 @@ class StoreClient : public Store {
  protected:
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request,
                                             Deadline deadline) override;
+  absl::Status post(pb::StoreRequest& request) override;
 
  private:
   StoreClient(std::shared_ptr<ClientConnection> connection, std::string ns);

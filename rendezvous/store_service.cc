@@ -17,6 +17,9 @@ auto logger() {
   return l;
 }
 
+// Answers a session may hold unwritten (its client reads too slowly or not at all).
+constexpr size_t kMaxUnreadAnswers = 65536;
+
 bool tokensEqual(const std::string& expected, grpc::string_ref given) {
   if (given.size() != expected.size()) return false;
   return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
@@ -78,7 +81,7 @@ class StoreService::SessionState {
   std::unordered_map<uint64_t, MemoryStore::WaiterId> parked;
   std::shared_ptr<MemoryStore> memory;
 
-  void deliver(uint64_t seq, pb::StoreResponse&& response);
+  void deliver(uint64_t seq, pb::StoreResponse&& response, bool quiet);
   void close(grpc::Status status);
   // With mu held: writes the next response or finishes the stream when all is done.
   void pumpLocked();
@@ -106,8 +109,9 @@ class StoreService::SessionState::Reactor final
       state_->parked.emplace(seq, MemoryStore::kNotPending);
     }
     std::weak_ptr<SessionState> weak = state_;
-    auto id = state_->memory->execute(request_, [weak, seq](pb::StoreResponse&& r) {
-      if (auto s = weak.lock()) s->deliver(seq, std::move(r));
+    bool quiet = request_.quiet();
+    auto id = state_->memory->execute(request_, [weak, seq, quiet](pb::StoreResponse&& r) {
+      if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
     });
     bool cancelNow = false;
     {
@@ -155,9 +159,22 @@ class StoreService::SessionState::Reactor final
   pb::StoreRequest request_;
 };
 
-void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& response) {
+void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& response,
+                                         bool quiet) {
   std::lock_guard<std::mutex> lock(mu);
   parked.erase(seq);
+  if (quiet && response.code() == 0) {
+    pumpLocked();
+    return;
+  }
+  if (queue.size() >= kMaxUnreadAnswers && !closing) {
+    // A client that does not read its answers must not grow the server's memory.
+    closing = true;
+    closeStatus = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                               fmt::format("the client left {} answers unread; session closed",
+                                           kMaxUnreadAnswers));
+    queue.erase(writing ? queue.begin() + 1 : queue.begin(), queue.end());
+  }
   // A session that closes because reads ended or the server shuts down still answers what
   // was asked; one whose client is gone drops the answer.
   if (!finished && closeStatus.error_code() != grpc::StatusCode::CANCELLED) {

@@ -1,0 +1,251 @@
+// Store benchmark: N client processes doing set+get of small values against muster's store
+// and against c10d::TCPStore (LibTorch), in the same run; prints ops/s, p50, p99 and ratios.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+#include "common/log.h"
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
+
+extern char** environ;
+
+namespace {
+
+using muster::Clock;
+using muster::deadlineAfter;
+using muster::Millis;
+namespace fs = std::filesystem;
+
+// What one client does, whatever the store: connect, meet the others, then set+get.
+struct Ops {
+  virtual ~Ops() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  virtual std::string get(const std::string& key) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  virtual void waitFor(const std::string& key) = 0;
+};
+
+struct MusterOps : Ops {
+  explicit MusterOps(const std::string& addr) {
+    auto c = muster::rendezvous::StoreClient::connect({.target = addr, .ns = "bench"},
+                                                      deadlineAfter(Millis(60000)));
+    if (!c.ok()) throw std::runtime_error(std::string(c.status().message()));
+    client = std::move(*c);
+  }
+  void set(const std::string& k, const std::string& v) override {
+    auto s = client->set(k, v);
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  }
+  std::string get(const std::string& k) override {
+    return client->get(k, deadlineAfter(Millis(60000))).value();
+  }
+  int64_t add(const std::string& k, int64_t d) override { return client->add(k, d).value(); }
+  void waitFor(const std::string& k) override {
+    auto s = client->wait({k}, deadlineAfter(Millis(120000)));
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  }
+  std::unique_ptr<muster::rendezvous::StoreClient> client;
+};
+
+struct TcpStoreOps : Ops {
+  TcpStoreOps(const std::string& host, int port) {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    opts.timeout = std::chrono::seconds(120);
+    store = std::make_unique<c10d::TCPStore>(host, opts);
+  }
+  void set(const std::string& k, const std::string& v) override {
+    store->set(k, std::vector<uint8_t>(v.begin(), v.end()));
+  }
+  std::string get(const std::string& k) override {
+    auto v = store->get(k);
+    return std::string(v.begin(), v.end());
+  }
+  int64_t add(const std::string& k, int64_t d) override { return store->add(k, d); }
+  void waitFor(const std::string& k) override { store->wait({k}); }
+  std::unique_ptr<c10d::TCPStore> store;
+};
+
+double cpuSeconds(int who) {
+  rusage usage{};
+  getrusage(who, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
+
+int runChild(const std::string& backend, const std::string& addr, int id, int clients,
+             double seconds, int valueBytes, const std::string& out) {
+  std::unique_ptr<Ops> ops;
+  if (backend == "muster") {
+    ops = std::make_unique<MusterOps>(addr);
+  } else {
+    auto colon = addr.rfind(':');
+    ops = std::make_unique<TcpStoreOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
+  }
+  if (ops->add("ready", 1) == clients) ops->set("go", "1");
+  ops->waitFor("go");
+  std::string key = "key" + std::to_string(id);
+  std::string value(static_cast<size_t>(valueBytes), 'v');
+  std::vector<int64_t> nanos;
+  nanos.reserve(1 << 20);
+  double cpu0 = cpuSeconds(RUSAGE_SELF);
+  auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(seconds));
+  while (true) {
+    auto t0 = Clock::now();
+    if (t0 >= end) break;
+    ops->set(key, value);
+    auto t1 = Clock::now();
+    if (ops->get(key).size() != value.size()) return 3;
+    auto t2 = Clock::now();
+    nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count());
+  }
+  // The first number is this client's CPU time during the measurement, in nanoseconds.
+  nanos.insert(nanos.begin(), static_cast<int64_t>((cpuSeconds(RUSAGE_SELF) - cpu0) * 1e9));
+  std::ofstream file(out, std::ios::binary);
+  file.write(reinterpret_cast<const char*>(nanos.data()),
+             static_cast<std::streamsize>(nanos.size() * sizeof(int64_t)));
+  // Say "done" only after the measurement so slow teardown never counts.
+  ops->add("done", 1);
+  return file ? 0 : 4;
+}
+
+struct Result {
+  double opsPerSec = 0, p50Ms = 0, p99Ms = 0;
+  double serverCpuUsPerOp = 0, clientCpuUsPerOp = 0;
+};
+
+
+Result runOnce(const std::string& self, const std::string& backend, const std::string& addr,
+               int clients, double seconds, int valueBytes, const fs::path& dir) {
+  double serverCpu0 = cpuSeconds(RUSAGE_SELF);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < clients; ++i) {
+    std::vector<std::string> args{self, "--child", "--backend", backend, "--addr", addr,
+                                  "--id", std::to_string(i), "--clients",
+                                  std::to_string(clients), "--seconds", std::to_string(seconds),
+                                  "--value-bytes", std::to_string(valueBytes), "--out",
+                                  (dir / (backend + std::to_string(i))).string()};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      throw std::runtime_error("cannot spawn a client");
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      throw std::runtime_error(fmt::format("a {} client failed (status {})", backend, status));
+    }
+  }
+  double serverCpu = cpuSeconds(RUSAGE_SELF) - serverCpu0;
+  double clientCpu = 0;
+  std::vector<int64_t> all;
+  for (int i = 0; i < clients; ++i) {
+    fs::path file = dir / (backend + std::to_string(i));
+    std::ifstream in(file, std::ios::binary);
+    std::vector<int64_t> nanos(fs::file_size(file) / sizeof(int64_t));
+    in.read(reinterpret_cast<char*>(nanos.data()),
+            static_cast<std::streamsize>(nanos.size() * sizeof(int64_t)));
+    if (nanos.empty()) throw std::runtime_error("a client wrote no results");
+    clientCpu += static_cast<double>(nanos[0]) / 1e9;
+    all.insert(all.end(), nanos.begin() + 1, nanos.end());
+  }
+  std::sort(all.begin(), all.end());
+  Result r;
+  r.opsPerSec = static_cast<double>(all.size()) / seconds;
+  if (!all.empty()) {
+    r.p50Ms = static_cast<double>(all[all.size() / 2]) / 1e6;
+    r.p99Ms = static_cast<double>(all[std::min(all.size() - 1, all.size() * 99 / 100)]) / 1e6;
+  }
+  // CPU per measured operation: the clients' during their loops; the server's over the whole
+  // run (connections and teardown included, a small share).
+  if (!all.empty()) {
+    r.serverCpuUsPerOp = serverCpu * 1e6 / static_cast<double>(all.size());
+    r.clientCpuUsPerOp = clientCpu * 1e6 / static_cast<double>(all.size());
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"store_bench: muster's store vs c10d::TCPStore, set+get from N processes"};
+  bool child = false;
+  std::string backend, addr, out;
+  int id = 0, clients = 1, valueBytes = 64;
+  double seconds = 3;
+  std::vector<int> clientCounts{1, 8, 64};
+  app.add_flag("--child", child)->group("");
+  app.add_option("--backend", backend)->group("");
+  app.add_option("--addr", addr)->group("");
+  app.add_option("--id", id)->group("");
+  app.add_option("--clients", clients)->group("");
+  app.add_option("--out", out)->group("");
+  app.add_option("--seconds", seconds, "measured seconds per run")->capture_default_str();
+  app.add_option("--value-bytes", valueBytes, "value size")->capture_default_str();
+  app.add_option("--client-counts", clientCounts, "client process counts")->delimiter(',');
+  CLI11_PARSE(app, argc, argv);
+  muster::log::setLevel("warn");
+  if (child) return runChild(backend, addr, id, clients, seconds, valueBytes, out);
+
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  fs::path dir = fs::temp_directory_path() / fmt::format("muster-bench-{}", getpid());
+  fs::create_directories(dir);
+  std::printf("store benchmark: %d-byte set+get per client process, %.1f s per run, %u cores\n",
+              valueBytes, seconds, std::thread::hardware_concurrency());
+  std::printf("%8s  %-9s %12s %9s %9s %14s %14s\n", "clients", "store", "ops/s", "p50 ms",
+              "p99 ms", "server us/op", "client us/op");
+  for (int n : clientCounts) {
+    Result tcp, ours;
+    {
+      c10d::TCPStoreOptions opts;
+      opts.port = 0;
+      opts.isServer = true;
+      opts.waitWorkers = false;
+      opts.timeout = std::chrono::seconds(120);
+      c10d::TCPStore server("127.0.0.1", opts);
+      tcp = runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", server.getPort()), n, seconds,
+                    valueBytes, dir);
+    }
+    {
+      muster::rendezvous::ServerOptions opts;
+      opts.host = "127.0.0.1";
+      opts.port = 0;
+      auto server = muster::rendezvous::StoreServer::start(opts);
+      if (!server.ok()) {
+        std::fprintf(stderr, "store_bench: %s\n", std::string(server.status().message()).c_str());
+        return 1;
+      }
+      ours = runOnce(self, "muster", (*server)->address(), n, seconds, valueBytes, dir);
+    }
+    for (auto [name, r] : {std::pair{"tcpstore", tcp}, std::pair{"muster", ours}}) {
+      std::printf("%8d  %-9s %12.0f %9.3f %9.3f %14.1f %14.1f\n", n, name, r.opsPerSec, r.p50Ms,
+                  r.p99Ms, r.serverCpuUsPerOp, r.clientCpuUsPerOp);
+    }
+    std::printf("%8d  %-9s %11.2fx %8.2fx %8.2fx   (muster / tcpstore; p99 < 1 is better)\n", n,
+                "ratio", ours.opsPerSec / tcp.opsPerSec, ours.p50Ms / tcp.p50Ms,
+                ours.p99Ms / tcp.p99Ms);
+    std::fflush(stdout);
+  }
+  fs::remove_all(dir);
+  return 0;
+}
