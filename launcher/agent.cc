@@ -1,0 +1,524 @@
+// Agent: the event loop of launch.
+#include "launcher/agent.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "absl/strings/str_split.h"
+#include "rendezvous/local_store.h"
+
+namespace muster::launcher {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+auto logger() {
+  static auto l = log::get("launch");
+  return l;
+}
+
+std::string randomHex(size_t bytes) {
+  std::random_device rd;
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) out += fmt::format("{:02x}", rd() & 0xff);
+  return out;
+}
+
+std::string makeTempDir(const std::string& parent, const std::string& prefix) {
+  std::string pattern = (fs::path(parent) / (prefix + "XXXXXX")).string();
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return "";
+  return buf.data();
+}
+
+std::string tempRoot(const std::map<std::string, std::string>& env) {
+  auto it = env.find("TMPDIR");
+  return it != env.end() && !it->second.empty() ? it->second : "/tmp";
+}
+
+std::string hostName() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+// The fully qualified name, as torchrun's _get_fq_hostname (socket.getfqdn).
+std::string fqdn() {
+  std::string host = hostName();
+  addrinfo hints{};
+  hints.ai_flags = AI_CANONNAME;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
+    std::string canon = res->ai_canonname ? res->ai_canonname : host;
+    freeaddrinfo(res);
+    return canon;
+  }
+  return host;
+}
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+std::string describeExit(const WorkerExit& e) {
+  if (e.signal != 0) return fmt::format("was killed by {}", signalName(e.signal));
+  return fmt::format("exited with code {}", e.code);
+}
+
+// torchrun's error file: {"message": "..."} or {"message": {"message": ..., "extraInfo":
+// {"py_callstack": ..., "timestamp": ...}}}. Returns what best explains the failure.
+std::string readErrorFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  try {
+    auto json = nlohmann::json::parse(in);
+    const auto& message = json.at("message");
+    if (message.is_string()) return message.get<std::string>();
+    if (message.contains("extraInfo") && message["extraInfo"].contains("py_callstack")) {
+      return message["extraInfo"]["py_callstack"].get<std::string>();
+    }
+    if (message.contains("message")) return message["message"].dump();
+    return message.dump();
+  } catch (const std::exception& e) {
+    return fmt::format("(error file is not torchrun's JSON: {})", e.what());
+  }
+}
+
+}  // namespace
+
+Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
+             std::vector<std::string> command)
+    : options_(std::move(options)),
+      env_(std::move(env)),
+      command_(std::move(command)),
+      signals_(io_),
+      graceTimer_(io_),
+      drainTimer_(io_) {}
+
+Agent::~Agent() = default;
+
+absl::Status Agent::prepare() {
+  if (options_.maxNodes > 1) {
+    return absl::UnimplementedError(fmt::format(
+        "--nnodes={} needs the multi-node rendezvous, which this build of launch does not "
+        "have yet; run one node (--nnodes=1)",
+        options_.maxNodes));
+  }
+  groupRank_ = 0;
+  groupWorldSize_ = 1;
+  worldSize_ = options_.localWorldSize * groupWorldSize_;
+  if (options_.standalone || options_.rdzvBackend != "static") {
+    // As torchrun's c10d rendezvous: a run id of its own (standalone), the host's name and a
+    // free port for the workers' own store.
+    if (options_.standalone || options_.rdzvId == "none") {
+      runId_ = randomHex(4) + "-" + randomHex(2) + "-" + randomHex(2) + "-" + randomHex(2) +
+               "-" + randomHex(6);
+    } else {
+      runId_ = options_.rdzvId;
+    }
+    masterAddr_ = fqdn();
+    masterPort_ = freePort();
+  } else {
+    runId_ = options_.rdzvId;
+    masterAddr_ = options_.masterAddr;
+    masterPort_ = options_.masterPort;
+  }
+
+  // Logs: <base>/<run id>_XXXX/attempt_N/<local rank>/{stdout,stderr}.log and error.json, as
+  // torchrun lays them out.
+  if (options_.logDir.empty()) {
+    baseLogDir_ = makeTempDir(tempRoot(env_), "muster_");
+    ownBaseLogDir_ = true;
+  } else {
+    baseLogDir_ = options_.logDir;
+    std::error_code ec;
+    fs::create_directories(baseLogDir_, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          fmt::format("--log_dir={}: cannot create it: {}", baseLogDir_, ec.message()));
+    }
+  }
+  runDir_ = baseLogDir_.empty() ? "" : makeTempDir(baseLogDir_, runId_ + "_");
+  if (runDir_.empty()) {
+    return absl::InternalError(fmt::format("cannot create a log directory under '{}'",
+                                           baseLogDir_.empty() ? tempRoot(env_) : baseLogDir_));
+  }
+
+  if (options_.sharedDir.empty()) {
+    sharedDir_ = makeTempDir(tempRoot(env_), "muster-shared-");
+    ownSharedDir_ = true;
+    if (sharedDir_.empty()) return absl::InternalError("cannot create a shared directory");
+  } else {
+    sharedDir_ = options_.sharedDir;
+    if (!fs::is_directory(sharedDir_)) {
+      return absl::InvalidArgumentError(
+          fmt::format("--shared_dir={} is not a directory", sharedDir_));
+    }
+  }
+
+  // The store, in-process, on loopback, guarded by a token only this job's workers can read.
+  tokenFile_ = (fs::path(runDir_) / "store.token").string();
+  std::string token = randomHex(16);
+  {
+    int fd = open(tokenFile_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
+      if (fd >= 0) close(fd);
+      return absl::InternalError(fmt::format("cannot write '{}'", tokenFile_));
+    }
+    close(fd);
+  }
+  rendezvous::ServerOptions server;
+  server.host = "127.0.0.1";
+  server.port = 0;
+  server.token = token;
+  auto started = rendezvous::StoreServer::start(server);
+  if (!started.ok()) return started.status();
+  store_ = std::move(*started);
+
+  if (!env_.count("OMP_NUM_THREADS") && options_.localWorldSize > 1) {
+    logger()->warn(
+        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+        "avoid your system being overloaded, please further tune the variable for optimal "
+        "performance in your application as needed.");
+    env_["OMP_NUM_THREADS"] = "1";
+  }
+  return absl::OkStatus();
+}
+
+std::vector<WorkerSpec> Agent::roundSpecs() {
+  std::vector<WorkerSpec> specs;
+  fs::path attemptDir = fs::path(runDir_) / fmt::format("attempt_{}", restartCount_);
+  std::string ns = fmt::format("{}/{}", runId_, restartCount_);
+  for (int local = 0; local < options_.localWorldSize; ++local) {
+    WorkerSpec spec;
+    spec.localRank = local;
+    spec.globalRank = groupRank_ * options_.localWorldSize + local;
+    fs::path rankDir = attemptDir / std::to_string(local);
+    std::error_code ec;
+    fs::create_directories(rankDir, ec);
+    spec.env = env_;
+    auto& e = spec.env;
+    e["LOCAL_RANK"] = std::to_string(local);
+    e["RANK"] = std::to_string(spec.globalRank);
+    e["GROUP_RANK"] = std::to_string(groupRank_);
+    e["ROLE_RANK"] = std::to_string(spec.globalRank);
+    e["ROLE_NAME"] = options_.role;
+    e["LOCAL_WORLD_SIZE"] = std::to_string(options_.localWorldSize);
+    e["WORLD_SIZE"] = std::to_string(worldSize_);
+    e["GROUP_WORLD_SIZE"] = std::to_string(groupWorldSize_);
+    e["ROLE_WORLD_SIZE"] = std::to_string(worldSize_);
+    e["MASTER_ADDR"] = masterAddr_;
+    e["MASTER_PORT"] = std::to_string(masterPort_);
+    e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restartCount_);
+    e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.maxRestarts);
+    e["TORCHELASTIC_RUN_ID"] = runId_;
+    // The workers' c10d store is rank 0's own TCPStore at MASTER_ADDR:MASTER_PORT, as under
+    // torchrun's c10d rendezvous: muster's store speaks gRPC, not TCPStore's protocol.
+    e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    if (!env_.count("NCCL_ASYNC_ERROR_HANDLING")) e["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    if (!env_.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    spec.errorFile = (rankDir / "error.json").string();
+    e["TORCHELASTIC_ERROR_FILE"] = spec.errorFile;
+    e["MUSTER_STORE_ADDR"] = store_->address();
+    e["MUSTER_STORE_NAMESPACE"] = ns;
+    e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
+    e["MUSTER_SHARED_DIR"] = sharedDir_;
+    e["MUSTER_RUN_DIR"] = runDir_;
+
+    StdSpec redirect = options_.redirectFor(local), tee = options_.teeFor(local);
+    bool shown = options_.consoleShows(local);
+    spec.stdoutToConsole = shown && (!redirect.out || tee.out);
+    spec.stderrToConsole = shown && (!redirect.err || tee.err);
+    if (redirect.out || tee.out) spec.stdoutFile = (rankDir / "stdout.log").string();
+    if (redirect.err || tee.err) spec.stderrFile = (rankDir / "stderr.log").string();
+    if (options_.prefixOutput || tee.out || tee.err) {
+      spec.prefix = fmt::format("[{}{}]:", options_.role, local);
+    }
+    spec.argv = command_;
+    for (auto& arg : spec.argv) {
+      for (size_t pos; (pos = arg.find("${local_rank}")) != std::string::npos;) {
+        arg.replace(pos, 13, std::to_string(local));
+      }
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+absl::Status Agent::startRound() {
+  stopping_ = Stopping::kNo;
+  group_ = std::make_unique<WorkerGroup>(io_, reaper_,
+                                         [this](const WorkerState& w) { onWorkerExit(w); });
+  group_->onSettled([this] { onRoundSettled(); });
+  roundStarted_ = std::chrono::steady_clock::now();
+  auto status = group_->start(roundSpecs());
+  if (!status.ok()) return status;
+  std::string pids;
+  for (const auto& w : group_->workers()) pids += (pids.empty() ? "" : ",") + std::to_string(w->pid);
+  logger()->info("round {}: started {} workers of world size {} (pids {}); run {}, logs in {}",
+                 restartCount_, group_->workers().size(), worldSize_, pids, runId_, runDir_);
+  return absl::OkStatus();
+}
+
+Agent::Failure Agent::describe(const WorkerState& w) const {
+  Failure f;
+  f.globalRank = w.spec.globalRank;
+  f.localRank = w.spec.localRank;
+  f.pid = w.pid;
+  f.exit = *w.exit;
+  f.when = std::chrono::system_clock::now();
+  if (fs::exists(w.spec.errorFile)) {
+    f.errorFile = w.spec.errorFile;
+    f.errorMessage = readErrorFile(w.spec.errorFile);
+  }
+  f.lastLines.assign(w.lastErrLines.begin(), w.lastErrLines.end());
+  return f;
+}
+
+void Agent::onWorkerExit(const WorkerState& w) {
+  const WorkerExit& e = *w.exit;
+  bool failed = e.code != 0 || e.signal != 0;
+  double secs = std::chrono::duration<double>(e.at - w.started).count();
+  if (!failed) {
+    logger()->debug("rank {} (local_rank {}, pid {}) finished in {:.3f} s", w.spec.globalRank,
+                    w.spec.localRank, w.pid, secs);
+  } else if (stopping_ == Stopping::kNo) {
+    logger()->error("rank {} (local_rank {}, pid {}) {} after {:.3f} s", w.spec.globalRank,
+                    w.spec.localRank, w.pid, describeExit(e), secs);
+  } else {
+    logger()->debug("rank {} (local_rank {}, pid {}) {} while the group stops", w.spec.globalRank,
+                    w.spec.localRank, w.pid, describeExit(e));
+  }
+  if (failed && stopping_ == Stopping::kNo) {
+    stopping_ = Stopping::kFailure;
+    stopStarted_ = e.at;
+    rootLocalRank_ = w.spec.localRank;
+    // The report waits for the group to settle, so that stderr's last lines are complete;
+    // only which worker failed first is noted now.
+    stopGroup(SIGTERM, fmt::format("rank {} failed", w.spec.globalRank));
+  }
+  if (group_->allExited()) {
+    // Whatever the workers left behind in their process groups goes too: no orphans.
+    group_->signalAll(SIGKILL);
+  }
+}
+
+void Agent::stopGroup(int sig, const std::string& why) {
+  if (!group_) return;
+  size_t running = 0;
+  for (const auto& w : group_->workers()) running += w->exit ? 0 : 1;
+  if (running > 0) {
+    logger()->info("{}: sending {} to {} worker(s); SIGKILL after {} s", why, signalName(sig),
+                   running, options_.gracePeriodS);
+  }
+  group_->signalAll(sig);
+  graceTimer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options_.gracePeriodS * 1000)));
+  graceTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !group_ || group_->allExited()) return;
+    size_t left = 0;
+    for (const auto& w : group_->workers()) left += w->exit ? 0 : 1;
+    logger()->warn("{} worker(s) still running {} s after the stop began; sending SIGKILL", left,
+                   options_.gracePeriodS);
+    group_->signalAll(SIGKILL);
+  });
+}
+
+void Agent::onRoundSettled() {
+  graceTimer_.cancel();
+  drainTimer_.cancel();
+  double roundSecs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - roundStarted_).count();
+  if (stopping_ == Stopping::kNo) {
+    logger()->info("all {} workers finished successfully in {:.3f} s", group_->workers().size(),
+                   roundSecs);
+    finish(0);
+    return;
+  }
+  if (stopping_ == Stopping::kSignal) {
+    finish(128 + stopSignal_);
+    return;
+  }
+  // A failure: the first worker that failed is the root cause. Others that failed in a way
+  // our SIGTERM/SIGKILL does not explain are failures too.
+  rootCause_.reset();
+  failures_.clear();
+  for (const auto& w : group_->workers()) {
+    if (w->spec.localRank == rootLocalRank_) {
+      rootCause_ = describe(*w);
+      continue;
+    }
+    const WorkerExit& e = *w->exit;
+    bool ours = e.signal == SIGTERM || e.signal == SIGKILL || e.code == 128 + SIGTERM;
+    if ((e.code != 0 || e.signal != 0) && !ours) failures_.push_back(describe(*w));
+  }
+  auto stopMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                          stopStarted_)
+                    .count();
+  logger()->info("group stopped {:.1f} ms after rank {} failed", stopMs,
+                 rootCause_ ? rootCause_->globalRank : -1);
+  if (restartCount_ < options_.maxRestarts) {
+    if (rootCause_) {
+      logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
+                     restartCount_ + 1, options_.maxRestarts, rootCause_->globalRank,
+                     describeExit(rootCause_->exit));
+    }
+    ++restartCount_;
+    // The new round gets a fresh namespace; drop the old one's keys.
+    rendezvous::LocalStore(store_->memory(), fmt::format("{}/{}", runId_, restartCount_ - 1))
+        .clear()
+        .IgnoreError();
+    auto status = startRound();
+    if (!status.ok()) {
+      logger()->error("{}", std::string(status.message()));
+      finish(1);
+    }
+    return;
+  }
+  printFailureReport();
+  finish(1);
+}
+
+void Agent::printFailureReport() const {
+  std::string program = options_.program;
+  std::string out;
+  if (rootCause_) {
+    const Failure& f = *rootCause_;
+    out += fmt::format("launch: root cause: rank {} (local_rank {}, pid {}) {}\n", f.globalRank,
+                       f.localRank, f.pid, describeExit(f.exit));
+    if (!f.errorFile.empty()) {
+      out += fmt::format("  error file {}:\n", f.errorFile);
+      for (absl::string_view l : absl::StrSplit(f.errorMessage, '\n')) {
+        if (!l.empty()) out += fmt::format("    {}\n", std::string(l));
+      }
+    }
+    if (!f.lastLines.empty()) {
+      out += fmt::format("  last {} line(s) of its stderr:\n", f.lastLines.size());
+      for (const auto& l : f.lastLines) out += fmt::format("    {}\n", l);
+    }
+  }
+  std::string rule(60, '=');
+  std::string thin(60, '-');
+  auto entry = [&](size_t idx, const Failure& f) {
+    std::string exitText = f.exit.signal != 0 ? fmt::format("-{} ({})", f.exit.signal,
+                                                            signalName(f.exit.signal))
+                                              : std::to_string(f.exit.code);
+    std::string traceback =
+        !f.errorMessage.empty()
+            ? f.errorMessage
+            : f.exit.signal != 0
+                  ? fmt::format("Signal {} ({}) received by PID {}", f.exit.signal,
+                                signalName(f.exit.signal), f.pid)
+                  : (f.lastLines.empty() ? std::string("(no error file, no stderr)")
+                                         : f.lastLines.back());
+    return fmt::format(
+        "[{}]:\n  time      : {:%Y-%m-%d_%H:%M:%S}\n  host      : {}\n  rank      : {} "
+        "(local_rank: {})\n  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}\n",
+        idx, fmt::localtime(std::chrono::system_clock::to_time_t(f.when)), hostName(),
+        f.globalRank, f.localRank, exitText, f.pid,
+        f.errorFile.empty() ? "<N/A>" : f.errorFile, traceback);
+  };
+  out += rule + "\n" + program + " FAILED\n" + thin + "\nFailures:\n";
+  if (failures_.empty()) {
+    out += "  <NO_OTHER_FAILURES>\n";
+  } else {
+    for (size_t i = 0; i < failures_.size(); ++i) out += entry(i + 1, failures_[i]);
+  }
+  out += thin + "\nRoot Cause (first observed failure):\n";
+  if (rootCause_) out += entry(0, *rootCause_);
+  out += rule + "\n";
+  std::fwrite(out.data(), 1, out.size(), stderr);
+  std::fflush(stderr);
+}
+
+void Agent::finish(int code) {
+  exitCode_ = code;
+  stopping_ = Stopping::kDone;
+  signals_.cancel();
+  graceTimer_.cancel();
+  drainTimer_.cancel();
+  io_.stop();
+}
+
+void Agent::armSignals() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGCHLD) {
+      if (group_) group_->reap();
+    } else if (stopping_ != Stopping::kDone) {
+      if (stopping_ == Stopping::kSignal && sig == stopSignal_) {
+        // A second Ctrl-C: do not wait out the grace period.
+        logger()->warn("{} again: killing the workers now", signalName(sig));
+        if (group_) group_->signalAll(SIGKILL);
+      } else {
+        logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
+        stopping_ = Stopping::kSignal;
+        stopSignal_ = sig;
+        stopStarted_ = std::chrono::steady_clock::now();
+        stopGroup(sig, fmt::format("launch got {}", signalName(sig)));
+      }
+    }
+    if (stopping_ != Stopping::kDone) armSignals();
+  });
+}
+
+int Agent::run() {
+  // The guard first: it must be forked before any thread starts (the store's are next).
+  if (auto s = reaper_.start(); !s.ok()) {
+    logger()->error("cannot start the orphan guard: {}", std::string(s.message()));
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  signals_.add(SIGINT);
+  signals_.add(SIGTERM);
+  signals_.add(SIGHUP);
+  signals_.add(SIGQUIT);
+  signals_.add(SIGCHLD);
+  armSignals();
+  auto prepared = prepare();
+  if (!prepared.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(prepared.message()).c_str());
+    return prepared.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  auto started = startRound();
+  if (!started.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(started.message()).c_str());
+    group_.reset();
+    return 1;
+  }
+  io_.run();
+  group_.reset();
+  if (store_) store_->shutdown(Millis(200));
+  std::error_code ec;
+  if (ownSharedDir_) fs::remove_all(sharedDir_, ec);
+  if (exitCode_ == 0 && ownBaseLogDir_) fs::remove_all(baseLogDir_, ec);
+  return exitCode_;
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,42 @@
+// launch: parse torchrun's flags, run the agent, map errors to exit codes.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "launcher/agent.h"
+#include "launcher/options.h"
+
+extern char** environ;
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry = *e;
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto options = muster::launcher::parseLaunchOptions(args, env);
+  if (!options.ok()) {
+    if (options.status().code() == absl::StatusCode::kNotFound) {  // --help
+      std::fputs(std::string(options.status().message()).c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "launch: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (!options->logLevel.empty() && !muster::log::setLevel(options->logLevel)) {
+    std::fprintf(stderr, "launch: --log_level=%s is invalid; expected trace, debug, info, warn, "
+                 "error or off\n", options->logLevel.c_str());
+    return 2;
+  }
+  auto command = muster::launcher::workerCommand(*options, env);
+  if (!command.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(command.status().message()).c_str());
+    return 2;
+  }
+  muster::launcher::Agent agent(*options, env, *command);
+  return agent.run();
+}

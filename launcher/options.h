@@ -1,0 +1,92 @@
+// launch's command line: torchrun's flags (1.13 and 2.x spellings, PET_* defaults) and
+// muster's own, parsed into LaunchOptions before anything starts.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace muster::launcher {
+
+// Which of a worker's streams go where (torchrun's -r/--redirects and -t/--tee values).
+struct StdSpec {
+  bool out = false;
+  bool err = false;
+};
+
+struct LaunchOptions {
+  // Sizes.
+  int minNodes = 1;
+  int maxNodes = 1;
+  std::string nprocPerNode = "1";  // as given: N, gpu, cpu or auto
+  int localWorldSize = 1;          // resolved
+  int nodeRank = 0;
+  // Rendezvous.
+  std::string rdzvBackend = "static";
+  std::string rdzvEndpoint;
+  std::string rdzvId = "none";
+  std::map<std::string, std::string> rdzvConf;
+  bool standalone = false;
+  std::string masterAddr = "127.0.0.1";
+  int masterPort = 29500;
+  std::string localAddr;
+  // Running the program.
+  std::string program;
+  std::vector<std::string> programArgs;
+  bool module = false;
+  bool noPython = false;
+  bool runPath = false;
+  std::string role = "default";
+  int maxRestarts = 0;
+  double monitorInterval = 0.1;  // accepted; muster sees exits as events
+  std::string startMethod = "spawn";
+  // torch.distributed.launch: append --local_rank=N (1.13) or --local-rank=N (2.x) to the
+  // program's arguments unless useEnv.
+  std::string legacyLaunch;  // "", "1.13" or "2"
+  bool useEnv = false;
+  // Logs.
+  std::string logDir;
+  std::map<int, StdSpec> redirects;  // local rank -> streams; key -1: every rank
+  std::map<int, StdSpec> tee;
+  std::optional<std::set<int>> localRanksFilter;
+  bool prefixOutput = false;
+  // muster's own.
+  double gracePeriodS = 30;  // SIGTERM -> SIGKILL
+  std::string sharedDir;
+  std::string logLevel;
+
+  StdSpec redirectFor(int localRank) const;
+  StdSpec teeFor(int localRank) const;
+  bool consoleShows(int localRank) const;
+};
+
+// Parses argv (without argv[0]); `env` supplies PET_* defaults, PYTHON_EXEC and CPU/GPU
+// counts come from the host. Errors: INVALID_ARGUMENT with one line that names the flag.
+// Help: NOT_FOUND carrying the usage text (print it, exit 0).
+absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
+                                                 const std::map<std::string, std::string>& env);
+
+// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else NVIDIA device nodes.
+int countGpus(const std::map<std::string, std::string>& env);
+
+std::string launchUsage();
+
+}  // namespace muster::launcher
+
+namespace muster::launcher {
+
+// The worker's command: argv with "${local_rank}" left for the worker group to fill in (as
+// torchrun's macros). A .py script, or an executable Python script, runs under PYTHON_EXEC (or
+// python3 on PATH) with -u, as torchrun does; -m runs a module; other executables run
+// directly. Errors (INVALID_ARGUMENT, one line): program missing, not executable, no Python.
+absl::StatusOr<std::vector<std::string>> workerCommand(
+    const LaunchOptions& options, const std::map<std::string, std::string>& env);
+
+// The executable for `name`: itself when it holds a '/', else the first match on PATH.
+std::string findExecutable(const std::string& name, const std::string& path);
+
+}  // namespace muster::launcher

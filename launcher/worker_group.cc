@@ -1,0 +1,258 @@
+// WorkerGroup: Boost.Process spawns; SIGCHLD reaps; asio pumps the pipes.
+#include "launcher/worker_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+#include <boost/process/posix.hpp>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace muster::launcher {
+namespace bp = boost::process;
+namespace asio = boost::asio;
+
+namespace {
+
+auto logger() {
+  static auto l = log::get("launch");
+  return l;
+}
+
+// Runs in the child between fork and exec: its own process group, so that one signal reaches
+// the worker and everything it starts; and death with launch (the reaper covers the rest).
+struct ChildSetup : bp::extend::handler {
+  pid_t parent;
+  explicit ChildSetup(pid_t p) : parent(p) {}
+  template <typename Executor>
+  void on_exec_setup(Executor&) const {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // launch died before prctl took effect
+    // Workers start with default dispositions and an empty mask, whatever launch blocked.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) signal(s, SIG_DFL);
+  }
+};
+
+int openLog(const std::string& path) {
+  return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+}
+
+void writeAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::string signalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+// One pipe from a worker: lines go to the console (prefixed) and/or a file; stderr's last
+// lines are kept for the failure report.
+struct WorkerGroup::Pump {
+  Pump(asio::io_context& io, int fd) : stream(io, fd) {}
+  asio::posix::stream_descriptor stream;
+  WorkerState* worker = nullptr;
+  bool isErr = false;
+  int consoleFd = -1;  // 1, 2 or -1
+  int fileFd = -1;
+  std::string prefix;
+  std::string partial;
+  std::array<char, 65536> buffer;
+
+  ~Pump() {
+    if (fileFd >= 0) close(fileFd);
+  }
+
+  void line(const char* data, size_t size, bool newline) {
+    if (consoleFd >= 0) {
+      if (prefix.empty()) {
+        writeAll(consoleFd, data, size);
+        if (newline) writeAll(consoleFd, "\n", 1);
+      } else {
+        std::string out = prefix;
+        out.append(data, size);
+        if (newline) out += '\n';
+        writeAll(consoleFd, out.data(), out.size());
+      }
+    }
+    if (isErr && worker != nullptr) {
+      constexpr size_t kMaxLine = 4096;
+      worker->lastErrLines.emplace_back(data, std::min(size, kMaxLine));
+      if (worker->lastErrLines.size() > kTailLines) worker->lastErrLines.pop_front();
+    }
+  }
+
+  void consume(size_t n) {
+    if (fileFd >= 0) writeAll(fileFd, buffer.data(), n);
+    partial.append(buffer.data(), n);
+    size_t start = 0, nl;
+    while ((nl = partial.find('\n', start)) != std::string::npos) {
+      line(partial.data() + start, nl - start, true);
+      start = nl + 1;
+    }
+    partial.erase(0, start);
+    // A very long line without a newline is passed on in pieces.
+    if (partial.size() > 65536) {
+      line(partial.data(), partial.size(), false);
+      partial.clear();
+    }
+  }
+
+  void finish() {
+    if (!partial.empty()) line(partial.data(), partial.size(), true);
+    partial.clear();
+  }
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, Reaper& reaper, ExitHandler onExit)
+    : io_(io), reaper_(reaper), onExit_(std::move(onExit)) {}
+
+WorkerGroup::~WorkerGroup() {
+  for (auto& w : workers_) {
+    if (w->pid > 0) {
+      kill(-w->pid, SIGKILL);
+      if (!w->exit) waitpid(w->pid, nullptr, 0);
+      reaper_.forget(w->pid);
+    }
+  }
+}
+
+absl::Status WorkerGroup::start(std::vector<WorkerSpec> specs) {
+  for (auto& spec : specs) {
+    auto state = std::make_unique<WorkerState>();
+    state->spec = std::move(spec);
+    WorkerState& w = *state;
+    workers_.push_back(std::move(state));
+
+    // stdout goes straight to launch's stdout when nothing needs to see it; stderr always
+    // passes through launch so that its last lines can explain a failure.
+    bool outDirect = w.spec.stdoutToConsole && w.spec.prefix.empty() && w.spec.stdoutFile.empty();
+    bool outDiscard = !w.spec.stdoutToConsole && w.spec.stdoutFile.empty();
+    int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1};
+    if (!outDirect && !outDiscard && pipe2(outPipe, O_CLOEXEC) != 0) {
+      return absl::InternalError(fmt::format("pipe: {}", strerror(errno)));
+    }
+    if (pipe2(errPipe, O_CLOEXEC) != 0) {
+      return absl::InternalError(fmt::format("pipe: {}", strerror(errno)));
+    }
+    int outTarget = outDirect ? STDOUT_FILENO : outDiscard ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+                                                           : outPipe[1];
+    bp::environment env;
+    for (const auto& [k, v] : w.spec.env) env[k] = v;
+    std::vector<std::string> args(w.spec.argv.begin() + 1, w.spec.argv.end());
+    std::error_code ec;
+    bp::child child(bp::exe = w.spec.argv[0], bp::args = args, env, bp::std_in < bp::null,
+                    bp::posix::fd.bind(STDOUT_FILENO, outTarget),
+                    bp::posix::fd.bind(STDERR_FILENO, errPipe[1]), ChildSetup(getpid()), ec);
+    if (!outDirect) close(outTarget);
+    close(errPipe[1]);
+    if (ec) {
+      if (outPipe[0] >= 0) close(outPipe[0]);
+      close(errPipe[0]);
+      return absl::InternalError(fmt::format("cannot start local rank {} ({}): {}",
+                                             w.spec.localRank, w.spec.argv[0], ec.message()));
+    }
+    w.pid = child.id();
+    w.started = std::chrono::steady_clock::now();
+    child.detach();  // reaped by reap() on SIGCHLD
+    reaper_.watch(w.pid);
+
+    auto addPump = [&](int fd, bool isErr) {
+      auto p = std::make_shared<Pump>(io_, fd);
+      p->worker = &w;
+      p->isErr = isErr;
+      bool console = isErr ? w.spec.stderrToConsole : w.spec.stdoutToConsole;
+      p->consoleFd = console ? (isErr ? STDERR_FILENO : STDOUT_FILENO) : -1;
+      const std::string& file = isErr ? w.spec.stderrFile : w.spec.stdoutFile;
+      if (!file.empty()) p->fileFd = openLog(file);
+      p->prefix = w.spec.prefix;
+      ++w.openStreams;
+      pump(p);
+    };
+    if (outPipe[0] >= 0) addPump(outPipe[0], false);
+    addPump(errPipe[0], true);
+  }
+  return absl::OkStatus();
+}
+
+void WorkerGroup::pump(std::shared_ptr<Pump> p) {
+  p->stream.async_read_some(asio::buffer(p->buffer), [this, p](const boost::system::error_code& ec,
+                                                               size_t n) {
+    if (!ec) {
+      p->consume(n);
+      pump(p);
+      return;
+    }
+    p->finish();
+    if (p->worker != nullptr) --p->worker->openStreams;
+    maybeSettled();
+  });
+}
+
+void WorkerGroup::reap() {
+  for (auto& w : workers_) {
+    if (w->exit || w->pid <= 0) continue;
+    int status = 0;
+    pid_t r = waitpid(w->pid, &status, WNOHANG);
+    if (r != w->pid) continue;
+    WorkerExit e;
+    e.at = std::chrono::steady_clock::now();
+    if (WIFEXITED(status)) e.code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+    w->exit = e;
+    onExit_(*w);
+  }
+  maybeSettled();
+}
+
+void WorkerGroup::signalAll(int sig) {
+  for (auto& w : workers_) {
+    if (w->pid <= 0) continue;
+    // The group may outlive its leader (a worker's own children).
+    if (kill(-w->pid, sig) != 0 && !w->exit) kill(w->pid, sig);
+  }
+}
+
+bool WorkerGroup::allExited() const {
+  for (const auto& w : workers_) {
+    if (!w->exit) return false;
+  }
+  return true;
+}
+
+bool WorkerGroup::settled() const {
+  if (!allExited()) return false;
+  for (const auto& w : workers_) {
+    if (w->openStreams > 0) return false;
+  }
+  return true;
+}
+
+void WorkerGroup::maybeSettled() {
+  if (settledCallback_ && settled()) {
+    auto cb = settledCallback_;
+    cb();
+  }
+}
+
+}  // namespace muster::launcher

@@ -1,0 +1,94 @@
+// One round's workers on this node: spawning them, carrying their output (console, files,
+// prefixes, the last lines of stderr), seeing each exit the moment it happens, and signalling
+// their process groups.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "launcher/reaper.h"
+
+namespace muster::launcher {
+
+struct WorkerSpec {
+  int localRank = 0;
+  int globalRank = 0;
+  std::vector<std::string> argv;           // argv[0] is an executable path
+  std::map<std::string, std::string> env;  // the whole environment
+  // Where each stream goes: to the console (with `prefix` on each line when not empty), to a
+  // file, or both; stderr's last lines are kept either way.
+  bool stdoutToConsole = true, stderrToConsole = true;
+  std::string stdoutFile, stderrFile;  // "" for none
+  std::string prefix;
+  std::string errorFile;  // TORCHELASTIC_ERROR_FILE
+};
+
+struct WorkerExit {
+  int code = -1;    // exit code, or -1 when a signal ended it
+  int signal = 0;   // the signal, or 0
+  std::chrono::steady_clock::time_point at;
+};
+
+// A worker as the group sees it.
+struct WorkerState {
+  WorkerSpec spec;
+  pid_t pid = -1;
+  std::chrono::steady_clock::time_point started;
+  std::optional<WorkerExit> exit;
+  std::deque<std::string> lastErrLines;  // the last kTailLines lines of stderr
+  int openStreams = 0;                   // pipes not yet at EOF
+};
+
+// Thread-safety: everything runs on the io_context's thread. Lifetime: outlives its workers'
+// pipes; the destructor SIGKILLs any process group still there.
+class WorkerGroup {
+ public:
+  static constexpr size_t kTailLines = 20;
+  using ExitHandler = std::function<void(const WorkerState&)>;
+
+  WorkerGroup(boost::asio::io_context& io, Reaper& reaper, ExitHandler onExit);
+  ~WorkerGroup();
+
+  // Starts every worker. On an error (one line naming the rank and the program), the workers
+  // already started are killed.
+  absl::Status start(std::vector<WorkerSpec> specs);
+
+  // Sends `sig` to each process group that may still hold processes.
+  void signalAll(int sig);
+  // Reaps exited workers (call on SIGCHLD); runs the exit handler for each.
+  void reap();
+
+  bool allExited() const;
+  // All exited and every output pipe drained (so the last lines are complete).
+  bool settled() const;
+  const std::vector<std::unique_ptr<WorkerState>>& workers() const { return workers_; }
+
+  // Called when settled() may have become true.
+  void onSettled(std::function<void()> callback) { settledCallback_ = std::move(callback); }
+
+ private:
+  struct Pump;
+  void pump(std::shared_ptr<Pump> pump);
+  void maybeSettled();
+
+  boost::asio::io_context& io_;
+  Reaper& reaper_;
+  ExitHandler onExit_;
+  std::vector<std::unique_ptr<WorkerState>> workers_;
+  std::function<void()> settledCallback_;
+};
+
+// "SIGTERM" for 15, "signal 77" for unknown numbers.
+std::string signalName(int sig);
+
+}  // namespace muster::launcher
