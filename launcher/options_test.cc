@@ -1,2 +1,216 @@
+// launch's flag parsing: both spellings, = and space, PET_* defaults, the program boundary,
+// torch.distributed.launch's switch, and one clear error for bad input.
+#include "launcher/options.h"
+
 #include <gtest/gtest.h>
-TEST(Placeholder, Builds) {}
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace muster::launcher {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+LaunchOptions parse(const std::vector<std::string>& args, const Env& env = {}) {
+  auto o = parseLaunchOptions(args, env);
+  EXPECT_TRUE(o.ok()) << o.status();
+  return o.ok() ? *o : LaunchOptions{};
+}
+
+std::string error(const std::vector<std::string>& args, const Env& env = {}) {
+  auto o = parseLaunchOptions(args, env);
+  EXPECT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(o.status().message());
+}
+
+TEST(LaunchOptions, BothSpellingsAndBothValueForms) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--nproc_per_node=4", "--master_port", "1234", "--master-addr=10.0.0.1", "p"},
+           {"--nproc-per-node", "4", "--master-port=1234", "--master_addr", "10.0.0.1", "p"}}) {
+    auto o = parse(args);
+    EXPECT_EQ(o.localWorldSize, 4);
+    EXPECT_EQ(o.masterPort, 1234);
+    EXPECT_EQ(o.masterAddr, "10.0.0.1");
+    EXPECT_EQ(o.program, "p");
+  }
+}
+
+TEST(LaunchOptions, DefaultsAreTorchrunsDefaults) {
+  auto o = parse({"train.py"});
+  EXPECT_EQ(o.minNodes, 1);
+  EXPECT_EQ(o.maxNodes, 1);
+  EXPECT_EQ(o.localWorldSize, 1);
+  EXPECT_EQ(o.rdzvBackend, "static");
+  EXPECT_EQ(o.rdzvId, "none");
+  EXPECT_EQ(o.masterAddr, "127.0.0.1");
+  EXPECT_EQ(o.masterPort, 29500);
+  EXPECT_EQ(o.role, "default");
+  EXPECT_EQ(o.maxRestarts, 0);
+  EXPECT_EQ(o.gracePeriodS, 30);
+}
+
+TEST(LaunchOptions, EverythingAfterTheProgramIsItsOwn) {
+  auto o = parse({"--nproc_per_node=2", "train.py", "--nproc_per_node=8", "--bogus", "-m", "x"});
+  EXPECT_EQ(o.localWorldSize, 2);
+  EXPECT_EQ(o.program, "train.py");
+  EXPECT_EQ(o.programArgs,
+            (std::vector<std::string>{"--nproc_per_node=8", "--bogus", "-m", "x"}));
+  auto dashed = parse({"--", "-weird-name", "a"});
+  EXPECT_EQ(dashed.program, "-weird-name");
+}
+
+TEST(LaunchOptions, PetVariablesAreDefaultsThatFlagsOverride) {
+  Env env{{"PET_NPROC_PER_NODE", "3"}, {"PET_MASTER_PORT", "4000"}, {"PET_NO_PYTHON", "1"},
+          {"PET_MODULE", "0"}};
+  auto o = parse({"prog"}, env);
+  EXPECT_EQ(o.localWorldSize, 3);
+  EXPECT_EQ(o.masterPort, 4000);
+  EXPECT_TRUE(o.noPython);
+  EXPECT_FALSE(o.module);
+  EXPECT_EQ(parse({"--nproc_per_node=5", "prog"}, env).localWorldSize, 5);
+  EXPECT_NE(error({"prog"}, {{"PET_MAX_RESTARTS", "x"}}).find("PET_MAX_RESTARTS=x"),
+            std::string::npos);
+}
+
+TEST(LaunchOptions, NprocPerNodeCpuGpuAuto) {
+  EXPECT_GE(parse({"--nproc_per_node=cpu", "p"}).localWorldSize, 1);
+  Env twoGpus{{"CUDA_VISIBLE_DEVICES", "0,1"}};
+  EXPECT_EQ(parse({"--nproc_per_node=gpu", "p"}, twoGpus).localWorldSize, 2);
+  EXPECT_EQ(parse({"--nproc_per_node=auto", "p"}, twoGpus).localWorldSize, 2);
+  Env none{{"CUDA_VISIBLE_DEVICES", ""}};
+  EXPECT_NE(error({"--nproc_per_node=gpu", "p"}, none).find("no usable GPU"), std::string::npos);
+  EXPECT_GE(parse({"--nproc_per_node=auto", "p"}, none).localWorldSize, 1);
+  EXPECT_EQ(countGpus({{"CUDA_VISIBLE_DEVICES", "0,-1,2"}}), 1);
+}
+
+TEST(LaunchOptions, RedirectsTeeAndFilter) {
+  auto o = parse({"-r", "3", "--tee=0:1,1:2", "--local-ranks-filter=0,2", "p"});
+  EXPECT_TRUE(o.redirectFor(5).out);
+  EXPECT_TRUE(o.redirectFor(5).err);
+  EXPECT_TRUE(o.teeFor(0).out);
+  EXPECT_FALSE(o.teeFor(0).err);
+  EXPECT_TRUE(o.teeFor(1).err);
+  EXPECT_FALSE(o.teeFor(2).out);
+  EXPECT_TRUE(o.consoleShows(2));
+  EXPECT_FALSE(o.consoleShows(1));
+}
+
+TEST(LaunchOptions, StandaloneAndElasticSettings) {
+  auto o = parse({"--standalone", "--nproc_per_node=2", "p"});
+  EXPECT_EQ(o.rdzvBackend, "c10d");
+  auto e = parse({"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=h:1",
+                  "--rdzv_conf=join_timeout=5,last_call_timeout=1", "p"});
+  EXPECT_EQ(e.minNodes, 2);
+  EXPECT_EQ(e.maxNodes, 4);
+  EXPECT_EQ(e.rdzvConf.at("join_timeout"), "5");
+  EXPECT_EQ(e.rdzvConf.at("last_call_timeout"), "1");
+}
+
+struct BadCase {
+  std::vector<std::string> args;
+  std::string mentions;
+};
+
+class LaunchBadFlags : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(LaunchBadFlags, OneLineNamingTheProblem) {
+  std::string message = error(GetParam().args);
+  EXPECT_NE(message.find(GetParam().mentions), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, LaunchBadFlags,
+    ::testing::Values(BadCase{{"--bogus", "p"}, "unknown flag --bogus"},
+                      BadCase{{"--nproc_per_node=0", "p"}, "--nproc_per_node=0"},
+                      BadCase{{"--nproc_per_node=many", "p"}, "--nproc_per_node=many"},
+                      BadCase{{"--nnodes=a:b", "p"}, "--nnodes=a:b is invalid"},
+                      BadCase{{"--nnodes=4:2", "p"}, "--nnodes=4:2"},
+                      BadCase{{"--nnodes=1:2:3", "p"}, "--nnodes"},
+                      BadCase{{"--nnodes=1:4", "p"}, "elastic rendezvous"},
+                      BadCase{{"--master_port=99999", "p"}, "--master_port"},
+                      BadCase{{"--max_restarts=-1", "p"}, "--max_restarts"},
+                      BadCase{{"--redirects=7", "p"}, "--redirects=7"},
+                      BadCase{{"--rdzv_backend=etcd", "p"}, "etcd"},
+                      BadCase{{"--node_rank=3", "p"}, "--node_rank=3"},
+                      BadCase{{"--nproc_per_node"}, "needs a value"},
+                      BadCase{{"--nproc_per_node=2"}, "no PROGRAM"},
+                      BadCase{{"-m", "--no_python", "p"}, "--module and --no_python"},
+                      BadCase{{"--legacy_launch=3", "p"}, "--legacy_launch"}));
+
+class WorkerCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("muster-cmd-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    write("train.py", "print(1)\n", false);
+    write("tool", "#!/bin/sh\necho hi\n", true);
+    write("script", "#!/usr/bin/env python3\nprint(1)\n", true);
+    write("data.txt", "x", false);
+    write("python3", "#!/bin/sh\n", true);
+    env_ = {{"PATH", dir_.string() + ":/usr/bin:/bin"}};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text, bool executable) {
+    std::ofstream(dir_ / name) << text;
+    if (executable) chmod((dir_ / name).c_str(), 0755);
+  }
+  std::string path(const std::string& name) { return (dir_ / name).string(); }
+  std::vector<std::string> command(std::vector<std::string> args) {
+    auto o = parseLaunchOptions(args, env_);
+    EXPECT_TRUE(o.ok()) << o.status();
+    auto c = workerCommand(*o, env_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : std::vector<std::string>{};
+  }
+  std::string commandError(std::vector<std::string> args) {
+    auto o = parseLaunchOptions(args, env_);
+    EXPECT_TRUE(o.ok()) << o.status();
+    auto c = workerCommand(*o, env_);
+    EXPECT_FALSE(c.ok());
+    return std::string(c.status().message());
+  }
+  std::filesystem::path dir_;
+  Env env_;
+};
+
+TEST_F(WorkerCommandTest, PythonScriptsRunUnderPythonWithUnbufferedOutput) {
+  EXPECT_EQ(command({path("train.py"), "--lr", "1"}),
+            (std::vector<std::string>{path("python3"), "-u", path("train.py"), "--lr", "1"}));
+  EXPECT_EQ(command({path("script")}),
+            (std::vector<std::string>{path("python3"), "-u", path("script")}));
+  env_["PYTHON_EXEC"] = "/bin/sh";
+  EXPECT_EQ(command({path("train.py")})[0], "/bin/sh");
+}
+
+TEST_F(WorkerCommandTest, ExecutablesRunDirectlyAndModulesUnderPythonM) {
+  EXPECT_EQ(command({path("tool"), "x"}), (std::vector<std::string>{path("tool"), "x"}));
+  EXPECT_EQ(command({"--no_python", "tool"}), (std::vector<std::string>{path("tool")}));
+  EXPECT_EQ(command({"-m", "pkg.mod", "a"}),
+            (std::vector<std::string>{path("python3"), "-u", "-m", "pkg.mod", "a"}));
+}
+
+TEST_F(WorkerCommandTest, LegacyLaunchAppendsLocalRankUnlessUseEnv) {
+  EXPECT_EQ(command({"--legacy_launch=1.13", path("train.py"), "a"}),
+            (std::vector<std::string>{path("python3"), "-u", path("train.py"),
+                                      "--local_rank=${local_rank}", "a"}));
+  EXPECT_EQ(command({"--legacy-launch=2", path("tool")}),
+            (std::vector<std::string>{path("tool"), "--local-rank=${local_rank}"}));
+  EXPECT_EQ(command({"--legacy_launch=1.13", "--use_env", path("tool")}),
+            (std::vector<std::string>{path("tool")}));
+}
+
+TEST_F(WorkerCommandTest, MissingOrNonExecutableProgramsAreErrors) {
+  EXPECT_NE(commandError({path("nope.py")}).find("not found"), std::string::npos);
+  EXPECT_NE(commandError({"--no_python", path("data.txt")}).find("not executable"),
+            std::string::npos);
+  EXPECT_NE(commandError({dir_.string()}).find("directory"), std::string::npos);
+  env_["PYTHON_EXEC"] = "no-such-python";
+  EXPECT_NE(commandError({path("train.py")}).find("PYTHON_EXEC"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace muster::launcher

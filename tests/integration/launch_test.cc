@@ -1,0 +1,428 @@
+// launch as a real process running real workers: environment, failures and their report,
+// signals, the orphan guard, restarts, logs, and the store reachable from the workers.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "tests/support/child.h"
+
+namespace muster {
+namespace {
+
+using testing::buildDir;
+using testing::Child;
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kRun{30000};
+
+std::string launchPath() { return buildDir() + "/launcher/launch"; }
+std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool processExists(pid_t pid) {
+  // A zombie has exited: it counts as gone.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return false;
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
+}
+
+// Bounded wait for processes to disappear (they die asynchronously to the test).
+bool allGone(const std::vector<pid_t>& pids, milliseconds timeout = milliseconds(5000)) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool any = false;
+    for (pid_t p : pids) any = any || processExists(p);
+    if (!any) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return false;
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("muster-launch-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    port_ = freePort();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string script(const std::string& name, const std::string& body) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << "#!/bin/bash\n" << body;
+    chmod(p.c_str(), 0755);
+    return p.string();
+  }
+  std::vector<std::string> launch(std::vector<std::string> args) {
+    std::vector<std::string> argv{launchPath(), "--master_port=" + std::to_string(port_)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  std::string read(const std::string& name) {
+    std::ifstream in(dir_ / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  std::map<std::string, std::string> envOf(const std::string& file) {
+    std::map<std::string, std::string> env;
+    std::ifstream in(dir_ / file);
+    for (std::string line; std::getline(in, line);) {
+      auto eq = line.find('=');
+      if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return env;
+  }
+  std::vector<pid_t> pidsIn(const std::string& prefix, int n) {
+    std::vector<pid_t> pids;
+    for (int r = 0; r < n; ++r) {
+      std::string text = read(prefix + std::to_string(r));
+      std::istringstream in(text);
+      for (pid_t p; in >> p;) pids.push_back(p);
+    }
+    return pids;
+  }
+  // Waits until each rank has written its ready file.
+  bool awaitFiles(const std::string& prefix, int n, milliseconds timeout = kRun) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int have = 0;
+      for (int r = 0; r < n; ++r) have += fs::exists(dir_ / (prefix + std::to_string(r))) ? 1 : 0;
+      if (have == n) return true;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+};
+
+TEST_F(LaunchTest, EveryRankGetsTorchrunsVariables) {
+  std::string dump = script("dump.sh", "env > " + (dir_ / "env_").string() + "$RANK\n");
+  Child c(launch({"--nproc_per_node=3", "--max_restarts=2", "--role=trainer", dump}),
+          {"OMP_NUM_THREADS="});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  ASSERT_EQ(exit->code, 0) << c.stderrText();
+  std::set<std::string> errorFiles;
+  for (int r = 0; r < 3; ++r) {
+    auto env = envOf("env_" + std::to_string(r));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(r));
+    EXPECT_EQ(env["RANK"], std::to_string(r));
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(r));
+    EXPECT_EQ(env["ROLE_NAME"], "trainer");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], std::to_string(port_));
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "none");
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+    // OMP_NUM_THREADS was set but empty here: torchrun only fills it in when it is unset.
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "");
+    EXPECT_TRUE(std::regex_match(env["TORCHELASTIC_ERROR_FILE"],
+                                 std::regex(".*/none_[^/]+/attempt_0/" + std::to_string(r) +
+                                            "/error.json")))
+        << env["TORCHELASTIC_ERROR_FILE"];
+    errorFiles.insert(env["TORCHELASTIC_ERROR_FILE"]);
+    EXPECT_TRUE(std::regex_match(env["MUSTER_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:\d+)")));
+    EXPECT_EQ(env["MUSTER_STORE_NAMESPACE"], "none/0");
+    EXPECT_FALSE(env["MUSTER_STORE_TOKEN_FILE"].empty());
+    EXPECT_FALSE(env["MUSTER_SHARED_DIR"].empty());
+  }
+  EXPECT_EQ(errorFiles.size(), 3u);
+}
+
+TEST_F(LaunchTest, OmpNumThreadsIsOneOnlyWhenUnsetAndNprocAboveOne) {
+  std::string dump = script("dump.sh", "env > " + (dir_ / "env_").string() + "$RANK\n");
+  std::vector<std::string> argv = launch({"--nproc_per_node=2", dump});
+  std::vector<std::string> envArgs;
+  // The child inherits the test's environment; make sure OMP_NUM_THREADS is unset there.
+  unsetenv("OMP_NUM_THREADS");
+  Child c(argv);
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_EQ(envOf("env_0")["OMP_NUM_THREADS"], "1");
+  EXPECT_NE(c.stderrText().find("Setting OMP_NUM_THREADS environment variable"),
+            std::string::npos);
+  Child single(launch({"--nproc_per_node=1", dump}));
+  ASSERT_EQ(single.wait(kRun)->code, 0);
+  EXPECT_EQ(envOf("env_0").count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST_F(LaunchTest, ProgramArgumentsArriveUntouched) {
+  std::string args = script("args.sh", "printf '%s\\n' \"$@\" > " + (dir_ / "args_").string() +
+                                           "$LOCAL_RANK\n");
+  Child c(launch({"--nproc_per_node=2", args, "--nproc_per_node=9", "-m", "x y",
+                  "rank=${local_rank}"}));
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_EQ(read("args_1"), "--nproc_per_node=9\n-m\nx y\nrank=1\n");
+}
+
+TEST_F(LaunchTest, FailingRankStopsTheOthersAndIsNamedAsRootCause) {
+  std::string body =
+      "echo $$ > " + (dir_ / "pid_").string() + "$RANK\n"
+      "if [ \"$RANK\" = 1 ]; then\n"
+      "  while [ ! -e " + (dir_ / "pid_0").string() + " ] || [ ! -e " + (dir_ / "pid_2").string() +
+      " ]; do sleep 0.01; done\n"
+      "  echo 'loading shard 7' >&2; echo 'RuntimeError: shard 7 is corrupt' >&2; exit 3\n"
+      "fi\n"
+      "sleep 60 & wait\n";
+  Child c(launch({"--nproc_per_node=3", script("w.sh", body)}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  std::string err = c.stderrText();
+  auto pids = pidsIn("pid_", 3);
+  ASSERT_EQ(pids.size(), 3u);
+  EXPECT_NE(err.find("launch: root cause: rank 1 (local_rank 1, pid " + std::to_string(pids[1]) +
+                     ") exited with code 3"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("    RuntimeError: shard 7 is corrupt"), std::string::npos) << err;
+  EXPECT_NE(err.find("FAILED"), std::string::npos);
+  EXPECT_NE(err.find("exitcode  : 3 (pid: " + std::to_string(pids[1]) + ")"), std::string::npos);
+  EXPECT_NE(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
+  // The root cause comes before the table.
+  EXPECT_LT(err.find("root cause"), err.find("Root Cause (first observed failure)"));
+  // Nothing of the others is left, their sleeps included.
+  EXPECT_TRUE(allGone(pids));
+  EXPECT_EQ(std::system("pgrep -f 'sleep 60' -P 1 >/dev/null"), 256);
+}
+
+TEST_F(LaunchTest, SignalDeathIsReportedByName) {
+  Child c(launch({"--nproc_per_node=2",
+                  script("segv.sh", "[ \"$RANK\" = 0 ] && kill -SEGV $$; sleep 60 & wait\n")}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_NE(c.stderrText().find("rank 0 (local_rank 0, pid"), std::string::npos);
+  EXPECT_NE(c.stderrText().find("was killed by SIGSEGV"), std::string::npos) << c.stderrText();
+  EXPECT_NE(c.stderrText().find("exitcode  : -11 (SIGSEGV)"), std::string::npos);
+}
+
+TEST_F(LaunchTest, TorchrunErrorFileIsShownInTheReport) {
+  std::string body =
+      "cat > \"$TORCHELASTIC_ERROR_FILE\" <<'JSON'\n"
+      "{\"message\": {\"message\": \"ValueError: bad lr\", \"extraInfo\": {\"py_callstack\": "
+      "\"Traceback (most recent call last):\\n  File \\\"train.py\\\", line 3\\nValueError: bad "
+      "lr\", \"timestamp\": \"1700000000\"}}}\n"
+      "JSON\n"
+      "exit 1\n";
+  Child c(launch({"--nproc_per_node=1", script("err.sh", body)}));
+  ASSERT_EQ(c.wait(kRun)->code, 1);
+  std::string err = c.stderrText();
+  EXPECT_NE(err.find("error file "), std::string::npos) << err;
+  EXPECT_NE(err.find("ValueError: bad lr"), std::string::npos) << err;
+  EXPECT_NE(err.find("File \"train.py\", line 3"), std::string::npos) << err;
+}
+
+TEST_F(LaunchTest, KillMinusNineOfLaunchLeavesNoWorkerOrGrandchild) {
+  std::string body = "sleep 300 & echo $$ $! > " + (dir_ / "pid_").string() + "$RANK\nwait\n";
+  Child c(launch({"--nproc_per_node=3", script("tree.sh", body)}));
+  ASSERT_TRUE(awaitFiles("pid_", 3));
+  auto pids = pidsIn("pid_", 3);
+  ASSERT_EQ(pids.size(), 6u);
+  for (pid_t p : pids) EXPECT_TRUE(processExists(p));
+  c.kill(SIGKILL);
+  ASSERT_TRUE(c.wait(kRun).has_value());
+  EXPECT_TRUE(allGone(pids)) << "workers or their children outlived launch";
+}
+
+TEST_F(LaunchTest, SigtermIsForwardedAndLaunchExitsNonZero) {
+  std::string body = "trap 'echo got-term > " + (dir_ / "term_").string() +
+                     "$RANK; exit 0' TERM\necho ready > " + (dir_ / "ready_").string() +
+                     "$RANK\nwhile true; do sleep 0.01; done\n";
+  Child c(launch({"--nproc_per_node=2", script("trap.sh", body)}));
+  ASSERT_TRUE(awaitFiles("ready_", 2));
+  c.kill(SIGTERM);
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 128 + SIGTERM);
+  EXPECT_EQ(read("term_0"), "got-term\n");
+  EXPECT_EQ(read("term_1"), "got-term\n");
+  EXPECT_NE(c.stderrText().find("launch got SIGTERM; forwarding it to the workers"),
+            std::string::npos);
+}
+
+TEST_F(LaunchTest, OtherSignalsAreForwardedToo) {
+  for (int sig : {SIGINT, SIGHUP, SIGQUIT}) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::string body = "trap 'echo got > " + (dir_ / "sig_").string() + "$RANK; exit 0' " +
+                       std::to_string(sig) + "\necho ready > " + (dir_ / "ready_").string() +
+                       "$RANK\nwhile true; do sleep 0.01; done\n";
+    Child c(launch({"--nproc_per_node=2", script("trap.sh", body)}));
+    ASSERT_TRUE(awaitFiles("ready_", 2));
+    c.kill(sig);
+    auto exit = c.wait(kRun);
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->code, 128 + sig);
+    EXPECT_EQ(read("sig_0"), "got\n") << "signal " << sig;
+    EXPECT_EQ(read("sig_1"), "got\n") << "signal " << sig;
+  }
+}
+
+TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
+  // Rank 0 fails once rank 1 ignores SIGTERM (its file appears after the trap is set).
+  std::string body = "trap '' TERM\necho $$ > " + (dir_ / "pid_").string() +
+                     "$RANK\nif [ \"$RANK\" = 0 ]; then\n  while [ ! -e " +
+                     (dir_ / "pid_1").string() +
+                     " ]; do sleep 0.01; done\n  exit 1\nfi\nwhile true; do sleep 0.01; done\n";
+  auto start = std::chrono::steady_clock::now();
+  Child c(launch({"--nproc_per_node=2", "--grace_period=0.3", script("stubborn.sh", body)}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(c.stderrText().find("sending SIGKILL"), std::string::npos) << c.stderrText();
+  EXPECT_TRUE(allGone(pidsIn("pid_", 2)));
+}
+
+TEST_F(LaunchTest, RestartsRunANewRoundWithAFreshNamespace) {
+  std::string body =
+      "echo \"$TORCHELASTIC_RESTART_COUNT $MUSTER_STORE_NAMESPACE\" >> " +
+      (dir_ / "rounds_").string() + "$RANK\n"
+      "[ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ] && [ \"$RANK\" = 1 ] && exit 7\n"
+      "[ \"$TORCHELASTIC_RESTART_COUNT\" -lt 2 ] && { sleep 60 & wait; }\n"
+      "exit 0\n";
+  Child c(launch({"--nproc_per_node=2", "--max_restarts=3", script("flaky.sh", body)}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+  EXPECT_EQ(read("rounds_1"), "0 none/0\n1 none/1\n2 none/2\n");
+  EXPECT_NE(c.stderrText().find("restarting the group (1 of 3 restarts)"), std::string::npos);
+  EXPECT_NE(c.stderrText().find("restarting the group (2 of 3 restarts)"), std::string::npos);
+}
+
+TEST_F(LaunchTest, RestartsRunOutAndTheLastFailureIsReported) {
+  Child c(launch({"--nproc_per_node=1", "--max_restarts=1",
+                  script("bad.sh", "echo \"attempt $TORCHELASTIC_RESTART_COUNT\" >&2; exit 4\n")}));
+  auto exit = c.wait(kRun);
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_NE(c.stderrText().find("    attempt 1"), std::string::npos) << c.stderrText();
+}
+
+TEST_F(LaunchTest, RedirectsSendOutputToFilesAndTeeAlsoToTheConsoleWithPrefix) {
+  std::string body = "echo \"out $RANK\"; echo \"err $RANK\" >&2\n";
+  std::string logs = (dir_ / "logs").string();
+  Child c(launch({"--nproc_per_node=2", "--log_dir", logs, "-r", "3", "--tee=0:3",
+                  script("talk.sh", body)}));
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  std::vector<fs::path> runs;
+  for (const auto& e : fs::directory_iterator(logs)) runs.push_back(e.path());
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].filename().string().rfind("none_", 0), 0u);
+  auto text = [&](const std::string& rel) {
+    std::ifstream in(runs[0] / rel);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  EXPECT_EQ(text("attempt_0/0/stdout.log"), "out 0\n");
+  EXPECT_EQ(text("attempt_0/1/stdout.log"), "out 1\n");
+  EXPECT_EQ(text("attempt_0/1/stderr.log"), "err 1\n");
+  // Rank 0 is tee'd (prefixed); rank 1 is only in its files.
+  EXPECT_NE(c.stdoutText().find("[default0]:out 0"), std::string::npos) << c.stdoutText();
+  EXPECT_EQ(c.stdoutText().find("out 1"), std::string::npos) << c.stdoutText();
+  EXPECT_EQ(c.stderrText().find("err 1"), std::string::npos);
+}
+
+TEST_F(LaunchTest, LocalRanksFilterShowsOnlyTheChosenRanks) {
+  Child c(launch({"--nproc_per_node=3", "--local-ranks-filter=1", "--prefix-output",
+                  script("talk.sh", "echo \"hello from $RANK\"\n")}));
+  ASSERT_EQ(c.wait(kRun)->code, 0);
+  EXPECT_EQ(c.stdoutText(), "[default1]:hello from 1\n");
+}
+
+TEST_F(LaunchTest, WorkersReachTheStoreThroughMusterVariables) {
+  std::string body =
+      "ctl() { " + ctlPath() +
+      " --addr \"$MUSTER_STORE_ADDR\" --ns \"$MUSTER_STORE_NAMESPACE\" --token-file "
+      "\"$MUSTER_STORE_TOKEN_FILE\" \"$@\"; }\n"
+      "ctl set \"hello/$RANK\" \"from rank $RANK\"\n"
+      "ctl add arrived 1 >/dev/null\n"
+      "ctl get \"hello/$(( (RANK + 1) % WORLD_SIZE ))\" > " + (dir_ / "got_").string() + "$RANK\n";
+  Child c(launch({"--nproc_per_node=3", script("store.sh", body)}));
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_EQ(read("got_0"), "from rank 1\n");
+  EXPECT_EQ(read("got_2"), "from rank 0\n");
+}
+
+TEST_F(LaunchTest, TheStoreRefusesClientsWithoutTheJobsToken) {
+  std::string body = ctlPath() + " --addr \"$MUSTER_STORE_ADDR\" --timeout 5 num-keys\n";
+  Child c(launch({"--nproc_per_node=1", script("nosy.sh", body)}));
+  EXPECT_EQ(c.wait(kRun)->code, 1);
+  EXPECT_NE(c.stderrText().find("UNAUTHENTICATED"), std::string::npos) << c.stderrText();
+}
+
+struct BadLaunch {
+  std::vector<std::string> args;
+  std::string mentions;
+};
+
+class LaunchRejects : public ::testing::TestWithParam<BadLaunch> {};
+
+TEST_P(LaunchRejects, OneLineExitTwoAndNothingStarts) {
+  // A plain data file stands for "not executable" ("DATA" in the parameters).
+  fs::path data = fs::temp_directory_path() / ("muster-data-" + std::to_string(getpid()));
+  std::ofstream(data) << "not a program\n";
+  chmod(data.c_str(), 0644);
+  std::vector<std::string> argv{launchPath()};
+  for (const auto& a : GetParam().args) argv.push_back(a == "DATA" ? data.string() : a);
+  Child c(argv);
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 2);
+  EXPECT_EQ(c.stderrLines().size(), 1u) << c.stderrText();
+  EXPECT_NE(c.stderrText().find(GetParam().mentions), std::string::npos) << c.stderrText();
+  EXPECT_EQ(c.stderrText().find("started"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, LaunchRejects,
+    ::testing::Values(BadLaunch{{"--bogus", "/bin/true"}, "unknown flag --bogus"},
+                      BadLaunch{{"--nproc_per_node=0", "/bin/true"}, "--nproc_per_node=0"},
+                      BadLaunch{{"--nnodes=a:b", "/bin/true"}, "--nnodes=a:b"},
+                      BadLaunch{{"/no/such/program"}, "'/no/such/program' not found"},
+                      BadLaunch{{"--no_python", "DATA"}, "not executable"},
+                      BadLaunch{{"--nproc_per_node=2"}, "no PROGRAM"}));
+
+TEST(LaunchHelp, PrintsEveryFlagAndExitsZero) {
+  Child c({launchPath(), "--help"});
+  ASSERT_EQ(c.wait(kRun)->code, 0);
+  for (const char* flag : {"--nproc_per_node", "--nproc-per-node", "--rdzv_endpoint", "--tee",
+                           "--local-ranks-filter", "--max_restarts", "--legacy_launch"}) {
+    EXPECT_NE(c.stdoutText().find(flag), std::string::npos) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace muster
