@@ -1,0 +1,52 @@
+"""One DistributedDataParallel training step on Gloo, as an unmodified PyTorch user writes it.
+
+Writes <out>/<rank>.json: the torchrun variables this rank saw, the parameters after the step,
+and an all_reduce result, so that a test can compare runs under torchrun and under launch.
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+KEYS = [
+    "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS",
+    "NCCL_ASYNC_ERROR_HANDLING",
+]
+
+
+def main():
+    out = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    ddp = DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 2, generator=gen)
+    loss = ((ddp(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    result = {
+        "env": {k: os.environ.get(k) for k in KEYS},
+        "params": [p.detach().flatten().tolist() for p in model.parameters()],
+        "allreduce": total.item(),
+        "rank": rank,
+        "world": world,
+    }
+    with open(os.path.join(out, f"{rank}.json"), "w") as f:
+        json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
