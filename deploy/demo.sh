@@ -1,38 +1,49 @@
 #!/usr/bin/env bash
-# The demo: set up, build, then run muster's store as a standalone daemon and use it from
-# several client processes the way agents and workers do.
+# The demo: set up, build, then run a real PyTorch DistributedDataParallel training job under
+# launch (2 ranks, Gloo), show how a failing rank is reported, and use the store from a client.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/deploy/setup.sh" "$@"
 build=${MUSTER_BUILD_DIR:-$root/build}
-bin=$build/rendezvous
+# Debian's PyTorch lives under /usr/bin/python3, whatever python3 comes first on PATH.
+export PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3}
+launch=$build/launcher/launch
+
+echo
+echo "== 1. training: launch --nproc_per_node=2 examples/ddp_demo.py --epochs 5"
+start=$(date +%s%N)
+"$launch" --nproc_per_node=2 --master_port=0 "$root/examples/ddp_demo.py" --epochs 5
+echo "   (done in $(( ($(date +%s%N) - start) / 1000000 )) ms, Python start-up and launch included)"
+
+echo
+echo "== 2. a rank that fails: launch names it, stops the others at once, shows why"
+if "$launch" --nproc_per_node=2 --master_port=0 "$root/examples/ddp_demo.py" --epochs 3 \
+     --fail-rank 1; then
+  echo "unexpected success"; exit 1
+else
+  echo "   (launch exited with $?, as it should)"
+fi
+
+echo
+echo "== 3. the store on its own: rendezvousd and a client"
 work=$(mktemp -d)
 trap 'kill $daemon 2>/dev/null || true; rm -rf "$work"' EXIT
-
-"$bin/rendezvousd" --host 127.0.0.1 --port 0 2>"$work/daemon.log" &
+"$build/rendezvous/rendezvousd" --host 127.0.0.1 --port 0 2>"$work/daemon.log" &
 daemon=$!
-for _ in $(seq 100); do
+addr=""
+for _ in $(seq 200); do
   addr=$(grep -oE 'listening on [0-9.]+:[0-9]+' "$work/daemon.log" | awk '{print $3}' || true)
   [ -n "$addr" ] && break
   sleep 0.05
 done
 [ -n "$addr" ] || { cat "$work/daemon.log"; exit 1; }
-ctl() { "$bin/rendezvousctl" --addr "$addr" --ns demo/round0 "$@"; }
-echo "== rendezvousd is up at $addr: $(ctl health)"
-echo "== four 'ranks' block on the key 'go' (get blocks until the key exists)"
-for r in 0 1 2 3; do (echo "rank $r got: $(ctl get go)") & done
-echo "== and each adds itself to a counter"
-for r in 0 1 2 3; do ctl add arrived 1 >/dev/null; done
-echo "arrived = $(ctl get arrived)"
-ctl set go "all 4 here"
-wait $(jobs -p | grep -v "^$daemon\$") 2>/dev/null || true
-echo "== compare_set elects a leader once"
-echo "leader: $(ctl compare-set leader '' rank2), then $(ctl compare-set leader '' rank3)"
-echo "== the next round does not see the keys of this one"
-echo "keys in demo/round0: $(ctl num-keys); in demo/round1: $("$bin/rendezvousctl" --addr "$addr" --ns demo/round1 num-keys)"
-echo "== a get that nobody answers times out, naming the key"
-ctl --timeout 0.5 get never || true
+ctl() { "$build/rendezvous/rendezvousctl" --addr "$addr" --ns demo/round0 "$@"; }
+echo "rendezvousd at $addr: $(ctl health)"
+( echo "a waiting get got: $(ctl get go)" ) &
+getter=$!
+ctl set go "hello from another process"
+wait $getter
+echo "add: $(ctl add counter 5), compare_set: $(ctl compare-set leader '' rank0)"
 kill -TERM $daemon
 wait $daemon
-echo "== daemon log:"
-cat "$work/daemon.log"
+echo "rendezvousd stopped cleanly"

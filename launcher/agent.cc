@@ -148,7 +148,8 @@ absl::Status Agent::prepare() {
   } else {
     runId_ = options_.rdzvId;
     masterAddr_ = options_.masterAddr;
-    masterPort_ = options_.masterPort;
+    // 0: a free port, so that jobs side by side on one host do not collide on 29500.
+    masterPort_ = options_.masterPort == 0 ? freePort() : options_.masterPort;
   }
 
   // Logs: <base>/<run id>_XXXX/attempt_N/<local rank>/{stdout,stderr}.log and error.json, as
@@ -198,6 +199,7 @@ absl::Status Agent::prepare() {
   server.host = "127.0.0.1";
   server.port = 0;
   server.token = token;
+  server.announce = false;
   auto started = rendezvous::StoreServer::start(server);
   if (!started.ok()) return started.status();
   store_ = std::move(*started);

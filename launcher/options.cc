@@ -222,12 +222,12 @@ std::vector<Flag> flagTable() {
                str(&LaunchOptions::masterAddr), "address of node 0 (default 127.0.0.1)"});
   t.push_back({{"--master_port", "--master-port"}, "PET_MASTER_PORT", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 auto n = toInt("--master_port", v, 1, "a port 1-65535");
-                 if (!n.ok() || *n > 65535) return bad("--master_port", v, "a port 1-65535");
+                 auto n = toInt("--master_port", v, 0, "a port 0-65535");
+                 if (!n.ok() || *n > 65535) return bad("--master_port", v, "a port 0-65535");
                  o.masterPort = *n;
                  return absl::OkStatus();
                },
-               "port on node 0 (default 29500)"});
+               "port on node 0 (default 29500; 0 picks a free one)"});
   t.push_back({{"--local_addr", "--local-addr"}, "PET_LOCAL_ADDR", true,
                str(&LaunchOptions::localAddr), "this node's address as the others reach it"});
   t.push_back({{"--use_env", "--use-env"}, "PET_USE_ENV", false, flag(&LaunchOptions::useEnv),

@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"--nnodes=4:2", "p"}, "--nnodes=4:2"},
                       BadCase{{"--nnodes=1:2:3", "p"}, "--nnodes"},
                       BadCase{{"--nnodes=1:4", "p"}, "elastic rendezvous"},
-                      BadCase{{"--master_port=99999", "p"}, "--master_port"},
+                      BadCase{{"--master_port=99999", "p"}, "--master_port=99999"},
                       BadCase{{"--max_restarts=-1", "p"}, "--max_restarts"},
                       BadCase{{"--redirects=7", "p"}, "--redirects=7"},
                       BadCase{{"--rdzv_backend=etcd", "p"}, "etcd"},

@@ -104,8 +104,9 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   if (auto* health = server->server_->GetHealthCheckService()) health->SetServingStatus(true);
   server->port_ = selected;
   server->address_ = joinHostPort(options.host, selected);
-  logger()->info("store listening on {} (tls {}, token {}, max_value_bytes={}, "
-                 "max_total_bytes={})",
+  server->announce_ = options.announce;
+  logger()->log(options.announce ? spdlog::level::info : spdlog::level::debug,
+                "store listening on {} (tls {}, token {}, max_value_bytes={}, max_total_bytes={})",
                  server->address_, options.tlsCertPem.empty() ? "off" : "on",
                  options.token.empty() ? "off" : "on", options.limits.maxValueBytes,
                  options.limits.maxTotalBytes);
@@ -125,7 +126,8 @@ void StoreServer::shutdown(Millis grace) {
   memory_->shutdown();
   service_->closeAll();
   server_->Shutdown(std::chrono::system_clock::now() + grace);
-  logger()->info("store on {} shut down ({} pending waits ended)", address_, pending);
+  logger()->log(announce_ ? spdlog::level::info : spdlog::level::debug,
+                "store on {} shut down ({} pending waits ended)", address_, pending);
 }
 
 void StoreServer::wait() {

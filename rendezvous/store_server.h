@@ -25,6 +25,9 @@ struct ServerOptions {
   std::string tlsCertPem;   // both set: TLS; both empty: plaintext
   std::string tlsKeyPem;
   StoreLimits limits;
+  // Log the start and the shutdown at info (rendezvousd) or at debug (a store hosted inside
+  // launch, where they are noise).
+  bool announce = true;
   // Extra gRPC services to serve on the same port (the rendezvous service); not owned, must
   // outlive the server.
   std::vector<grpc::Service*> extraServices;
@@ -60,6 +63,7 @@ class StoreServer {
   int port_ = 0;
   std::mutex mu_;
   bool down_ = false;
+  bool announce_ = true;
 };
 
 // "host:port", bracketing IPv6 literals.
