@@ -1,0 +1,63 @@
+// C10dStore: c10d::Store's calls on a muster Store; Status errors become c10::Error.
+#include "worker/c10d_store.h"
+
+#include <c10/util/Exception.h>
+
+namespace muster::worker {
+namespace {
+
+std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+template <typename T>
+T orThrow(absl::StatusOr<T> result) {
+  TORCH_CHECK(result.ok(), "muster store: ", std::string(result.status().ToString()));
+  return std::move(*result);
+}
+
+void orThrow(const absl::Status& status) {
+  TORCH_CHECK(status.ok(), "muster store: ", std::string(status.ToString()));
+}
+
+Deadline after(std::chrono::milliseconds timeout) {
+  // c10d's kNoTimeout (0) waits for ever.
+  return timeout.count() == 0 ? kNoDeadline : deadlineAfter(timeout);
+}
+
+}  // namespace
+
+C10dStore::C10dStore(std::shared_ptr<rendezvous::Store> store, std::chrono::milliseconds timeout)
+    : c10d::Store(timeout), store_(std::move(store)) {}
+
+void C10dStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  orThrow(store_->set(key, text(value)));
+}
+
+std::vector<uint8_t> C10dStore::compareSet(const std::string& key,
+                                           const std::vector<uint8_t>& expected,
+                                           const std::vector<uint8_t>& desired) {
+  return bytes(orThrow(store_->compareSet(key, text(expected), text(desired))));
+}
+
+std::vector<uint8_t> C10dStore::get(const std::string& key) {
+  return bytes(orThrow(store_->get(key, after(timeout_))));
+}
+
+int64_t C10dStore::add(const std::string& key, int64_t value) {
+  return orThrow(store_->add(key, value));
+}
+
+bool C10dStore::deleteKey(const std::string& key) { return orThrow(store_->deleteKey(key)); }
+
+bool C10dStore::check(const std::vector<std::string>& keys) { return orThrow(store_->check(keys)); }
+
+int64_t C10dStore::getNumKeys() { return orThrow(store_->numKeys()); }
+
+void C10dStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void C10dStore::wait(const std::vector<std::string>& keys,
+                     const std::chrono::milliseconds& timeout) {
+  orThrow(store_->wait(keys, after(timeout)));
+}
+
+}  // namespace muster::worker

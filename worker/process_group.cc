@@ -1,0 +1,141 @@
+// createProcessGroup: store, arrival, ProcessGroupGloo.
+#include "worker/process_group.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "rendezvous/local_store.h"
+#include "rendezvous/store_client.h"
+#include "worker/c10d_store.h"
+
+namespace muster::worker {
+namespace {
+
+auto logger() {
+  static auto l = log::get("worker");
+  return l;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) out += fmt::format(" and {} more", ranks.size() - 16);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> connectStore(const WorkerEnv& env,
+                                                             std::chrono::milliseconds timeout) {
+  if (!env.storeAddr.empty()) {
+    rendezvous::ClientOptions options;
+    options.target = env.storeAddr;
+    options.ns = env.storeNamespace;
+    if (!env.tokenFile.empty()) {
+      auto token = readToken(env.tokenFile);
+      if (!token.ok()) return token.status();
+      options.token = *token;
+    }
+    auto client = rendezvous::StoreClient::connect(options, deadlineAfter(timeout));
+    if (!client.ok()) {
+      return absl::Status(client.status().code(),
+                          fmt::format("MUSTER_STORE_ADDR={}: {}", env.storeAddr,
+                                      std::string(client.status().message())));
+    }
+    std::shared_ptr<rendezvous::Store> shared(std::move(*client));
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<C10dStore>(shared, timeout));
+  }
+  if (env.worldSize == 1 && (env.masterAddr.empty() || env.masterPort == 0)) {
+    // A world of one needs no server: an in-process store.
+    auto memory = std::make_shared<rendezvous::MemoryStore>();
+    std::shared_ptr<rendezvous::Store> local =
+        std::make_shared<rendezvous::LocalStore>(memory, "single");
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<C10dStore>(local, timeout));
+  }
+  try {
+    // Started by torchrun: its agent hosts the TCPStore when TORCHELASTIC_USE_AGENT_STORE is
+    // True; otherwise rank 0 does, as init_process_group("env://") would.
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.masterPort);
+    opts.isServer = !env.useAgentStore && env.rank == 0;
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(env.masterAddr, opts));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(fmt::format("TCPStore at MASTER_ADDR={} MASTER_PORT={}: {}",
+                                              env.masterAddr, env.masterPort, e.what()));
+  }
+}
+
+absl::Status awaitRanks(c10d::Store& store, const WorkerEnv& env, const std::string& tag,
+                        std::chrono::milliseconds timeout) {
+  auto key = [&](int r) { return fmt::format("muster/arrive/{}/{}", tag, r); };
+  std::vector<std::string> keys;
+  for (int r = 0; r < env.worldSize; ++r) keys.push_back(key(r));
+  try {
+    store.set(key(env.rank), {1});
+    store.wait(keys, timeout);
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < env.worldSize; ++r) {
+        if (!store.check({key(r)})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+      return absl::UnavailableError(fmt::format("the store went away while waiting for ranks: {}",
+                                                e.what()));
+    }
+    if (missing.empty()) return absl::InternalError(e.what());
+    return absl::DeadlineExceededError(fmt::format(
+        "rank{} {} of {} did not arrive within {:.1f} s", missing.size() > 1 ? "s" : "",
+        rankList(missing), env.worldSize, timeout.count() / 1000.0));
+  }
+}
+
+absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  std::string backend = options.backend;
+  if (backend == "auto") backend = "gloo";  // this LibTorch has no CUDA: NCCL is NcclComm's
+  if (backend == "nccl") {
+    return absl::InvalidArgumentError(
+        "backend nccl: this LibTorch was built without CUDA, so it has no ProcessGroupNCCL; use "
+        "muster::worker::NcclComm (worker --backend nccl) for NCCL collectives");
+  }
+  if (backend != "gloo") {
+    return absl::InvalidArgumentError(
+        fmt::format("backend '{}' is unknown; expected gloo, nccl or auto", backend));
+  }
+  auto store = connectStore(env, options.timeout);
+  if (!store.ok()) return store.status();
+  if (auto s = awaitRanks(**store, env, "pg", options.timeout); !s.ok()) return s;
+  Group group;
+  group.backend = backend;
+  group.store = *store;
+  try {
+    auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    // One node: loopback needs no name resolution. Several: the host's own address (as
+    // PyTorch picks it), or GLOO_SOCKET_IFNAME's interface.
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (env.localWorldSize == env.worldSize) {
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("muster/pg/gloo", *store);
+    group.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.worldSize, gloo);
+  } catch (const std::exception& e) {
+    return absl::InternalError(fmt::format("building the Gloo group failed: {}", e.what()));
+  }
+  group.initTime = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  logger()->debug("{}: gloo group ready in {} ms", env.describe(), group.initTime.count());
+  return group;
+}
+
+}  // namespace muster::worker
