@@ -167,6 +167,7 @@ absl::Status Agent::prepare() {
     }
   }
   runDir_ = baseLogDir_.empty() ? "" : makeTempDir(baseLogDir_, runId_ + "_");
+  jobId_ = fs::path(runDir_).filename().string();
   if (runDir_.empty()) {
     return absl::InternalError(fmt::format("cannot create a log directory under '{}'",
                                            baseLogDir_.empty() ? tempRoot(env_) : baseLogDir_));
@@ -253,6 +254,7 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
     e["MUSTER_SHARED_DIR"] = sharedDir_;
     e["MUSTER_RUN_DIR"] = runDir_;
+    e["MUSTER_JOB_ID"] = jobId_;
 
     StdSpec redirect = options_.redirectFor(local), tee = options_.teeFor(local);
     bool shown = options_.consoleShows(local);
@@ -392,7 +394,9 @@ void Agent::onRoundSettled() {
                      describeExit(rootCause_->exit));
     }
     ++restartCount_;
-    // The new round gets a fresh namespace; drop the old one's keys.
+    // The new round gets a fresh namespace and channel directory; drop the old ones.
+    std::error_code ec;
+    fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(restartCount_ - 1), ec);
     rendezvous::LocalStore(store_->memory(), fmt::format("{}/{}", runId_, restartCount_ - 1))
         .clear()
         .IgnoreError();
@@ -518,7 +522,11 @@ int Agent::run() {
   group_.reset();
   if (store_) store_->shutdown(Millis(200));
   std::error_code ec;
-  if (ownSharedDir_) fs::remove_all(sharedDir_, ec);
+  if (ownSharedDir_) {
+    fs::remove_all(sharedDir_, ec);
+  } else if (exitCode_ == 0 && !jobId_.empty()) {
+    fs::remove_all(fs::path(sharedDir_) / jobId_, ec);  // nothing left after a successful job
+  }
   if (exitCode_ == 0 && ownBaseLogDir_) fs::remove_all(baseLogDir_, ec);
   return exitCode_;
 }

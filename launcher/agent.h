@@ -64,6 +64,7 @@ class Agent {
   std::unique_ptr<WorkerGroup> group_;
 
   std::string runId_;
+  std::string jobId_;  // the run directory's name: unique per job, shared dir subfolder
   std::string masterAddr_;
   int masterPort_ = 0;
   std::string baseLogDir_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "worker/process_group.h"
+#include "worker/shared_dir_channel.h"
 
 namespace muster::worker {
 namespace {
@@ -40,6 +41,22 @@ std::string checkCollectives(c10d::ProcessGroup& pg, const WorkerEnv& env,
   return "";
 }
 
+// The shared-dir channel: every rank's tensor reaches every other rank intact.
+std::string checkChannel(const Group& group, const WorkerEnv& env, const SelfCheckOptions& options) {
+  if (env.sharedDir.empty()) return "";  // not started by launch: no shared directory
+  auto channel = SharedDirChannel::create(env, group.store, {.timeout = options.timeout});
+  if (!channel.ok()) return std::string(channel.status().message());
+  auto mine = torch::arange(1000, torch::kFloat64) + env.rank;
+  auto all = (*channel)->allGather(mine, /*tag=*/0);
+  if (!all.ok()) return std::string(all.status().message());
+  for (int r = 0; r < env.worldSize; ++r) {
+    if (!torch::equal((*all)[r], torch::arange(1000, torch::kFloat64) + r)) {
+      return fmt::format("the shared-dir channel brought rank {}'s tensor back wrong", r);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
@@ -62,6 +79,7 @@ int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
   std::string problem;
   try {
     problem = checkCollectives(*group->pg, env, options);
+    if (problem.empty()) problem = checkChannel(*group, env, options);
   } catch (const std::exception& e) {
     problem = e.what();
     problem = problem.substr(0, problem.find('\n'));
@@ -69,7 +87,8 @@ int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                 std::chrono::steady_clock::now() - start).count();
   if (problem.empty()) {
-    std::printf("self-check %s: %s group in %lld ms; all_reduce, broadcast, barrier ok (%lld ms)\n",
+    std::printf("self-check %s: %s group in %lld ms; all_reduce, broadcast, barrier, shared-dir "
+                "channel ok (%lld ms)\n",
                 env.describe().c_str(), group->backend.c_str(),
                 static_cast<long long>(group->initTime.count()), static_cast<long long>(ms));
   } else {

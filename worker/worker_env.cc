@@ -39,6 +39,7 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   for (const char* k : kCore) any = any || env.count(k) > 0;
   if (!any) {
     w.standalone = true;
+    w.jobId = "standalone";
     if (auto it = env.find("MUSTER_SHARED_DIR"); it != env.end()) w.sharedDir = it->second;
     return w;
   }
@@ -82,6 +83,8 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
     if (auto it = env.find(name); it != env.end()) out = it->second;
   };
   str("TORCHELASTIC_RUN_ID", w.runId);
+  w.jobId = w.runId;
+  str("MUSTER_JOB_ID", w.jobId);
   str("MASTER_ADDR", w.masterAddr);
   if (env.count("MASTER_PORT")) {
     auto port = number(env, "MASTER_PORT", 1);

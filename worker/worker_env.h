@@ -17,6 +17,7 @@ struct WorkerEnv {
   int groupWorldSize = 1;
   int restartCount = 0;
   std::string runId = "none";
+  std::string jobId;  // MUSTER_JOB_ID: unique per job even when the run id is "none" 
   std::string masterAddr;  // the workers' own TCPStore (rank 0 hosts it), as torchrun sets
   int masterPort = 0;
   bool useAgentStore = false;  // TORCHELASTIC_USE_AGENT_STORE: torchrun's agent hosts the TCPStore

@@ -29,7 +29,7 @@ TEST_P(WorkerGroups, SelfCheckPassesWithExactResults) {
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(std::regex_search(out, std::regex("self-check rank " + std::to_string(r) + "/" +
                                                   std::to_string(n) +
-                                                  " .*all_reduce, broadcast, barrier ok")))
+                                                  " .*all_reduce, broadcast, barrier, shared-dir channel ok")))
         << out;
   }
   EXPECT_NE(out.find("self-check passed: " + std::to_string(n) + " rank(s), gloo"),
