@@ -325,7 +325,8 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->length = size;
-  mapping->base = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  // MAP_POPULATE maps the whole file at once: far cheaper than a page fault per 4 KiB.
+  mapping->base = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (mapping->base == MAP_FAILED) {
     mapping->base = nullptr;
