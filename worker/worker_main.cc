@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "worker/programs/programs.h"
+#include "worker/programs/sst_data.h"
 #include "worker/self_check.h"
 #include "worker/worker_env.h"
 
@@ -18,6 +20,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 28));
   app.add_option("--fail-rank", check.failRank, "for tests: this rank exits before the all-reduce");
+  std::string trainConfig, decodeConfig, dataDir;
+  int trainN = 4000, devN = 500, testN = 500, seed = 1;
+  auto* train = app.add_subcommand("train", "distributed DocNN training (PyText-style JSON config)");
+  train->add_option("--config", trainConfig, "e.g. configs/distributed_docnn.json")->required();
+  auto* decode = app.add_subcommand("decode", "distributed decoding with a trained checkpoint");
+  decode->add_option("--config", decodeConfig, "e.g. configs/decode_docnn.json")->required();
+  auto* gen = app.add_subcommand("gen-data", "write a small SST-2-format dataset with a learnable signal");
+  gen->add_option("--out", dataDir, "directory for train.tsv, dev.tsv, test.tsv")->required();
+  gen->add_option("--train", trainN)->capture_default_str();
+  gen->add_option("--dev", devN)->capture_default_str();
+  gen->add_option("--test", testN)->capture_default_str();
+  gen->add_option("--seed", seed)->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -26,11 +40,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker: %s (see --help)\n", e.what());
     return 2;
   }
+  if (*gen) {
+    auto s = muster::programs::generateDataset(dataDir, trainN, devN, testN, static_cast<uint64_t>(seed));
+    if (!s.ok()) {
+      std::fprintf(stderr, "worker gen-data: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("wrote %d/%d/%d examples to %s/{train,dev,test}.tsv\n", trainN, devN, testN, dataDir.c_str());
+    return 0;
+  }
   auto env = muster::worker::WorkerEnv::fromProcess();
   if (!env.ok()) {
     std::fprintf(stderr, "worker: %s\n", std::string(env.status().message()).c_str());
     return 2;
   }
+  if (*train) return muster::programs::runTrain(*env, trainConfig);
+  if (*decode) return muster::programs::runDecode(*env, decodeConfig);
   check.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000));
   return muster::worker::runSelfCheck(*env, check);
 }
