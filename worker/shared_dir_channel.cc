@@ -135,6 +135,12 @@ SharedDirChannel::SharedDirChannel(WorkerEnv env, c10::intrusive_ptr<c10d::Store
 absl::StatusOr<std::unique_ptr<SharedDirChannel>> SharedDirChannel::create(
     const WorkerEnv& env, c10::intrusive_ptr<c10d::Store> store, ChannelOptions options) {
   if (options.dir.empty()) options.dir = env.sharedDir;
+  bool own = false;
+  if (options.dir.empty() && env.worldSize == 1) {
+    // A world of one, not started by launch: a private directory, removed with the channel.
+    options.dir = (fs::temp_directory_path() / fmt::format("muster-channel-{}", getpid())).string();
+    own = true;
+  }
   if (options.dir.empty()) {
     return absl::FailedPreconditionError(
         "no shared directory: MUSTER_SHARED_DIR is not set (start the program with launch, or "
@@ -161,8 +167,16 @@ absl::StatusOr<std::unique_ptr<SharedDirChannel>> SharedDirChannel::create(
   }
   std::unique_ptr<SharedDirChannel> channel(
       new SharedDirChannel(env, std::move(store), std::move(options), roundDir.string()));
+  if (own) channel->ownedDir_ = channel->options_.dir;
   if (auto s = channel->probe(); !s.ok()) return s;
   return channel;
+}
+
+SharedDirChannel::~SharedDirChannel() {
+  if (!ownedDir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(ownedDir_, ec);
+  }
 }
 
 absl::Status SharedDirChannel::probe() {

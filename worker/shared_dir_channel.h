@@ -19,7 +19,7 @@
 namespace muster::worker {
 
 struct ChannelOptions {
-  std::string dir;          // "" takes MUSTER_SHARED_DIR
+  std::string dir;          // "" takes MUSTER_SHARED_DIR (a private one for a world of one)
   Millis timeout{300'000};  // for each receive and for the start-up probe
 };
 
@@ -60,6 +60,8 @@ class SharedDirChannel {
                                                        int tag = 0);
   absl::StatusOr<std::vector<std::string>> allGatherBytes(std::string_view bytes, int tag = 0);
 
+  ~SharedDirChannel();
+
   const std::string& roundDir() const { return roundDir_; }
   int rank() const { return env_.rank; }
   int worldSize() const { return env_.worldSize; }
@@ -83,6 +85,7 @@ class SharedDirChannel {
   ChannelOptions options_;
   std::string roundDir_;
   std::map<std::string, uint64_t> sequence_;
+  std::string ownedDir_;  // a world of one's private directory, removed with the channel
 };
 
 }  // namespace muster::worker

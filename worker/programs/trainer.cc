@@ -140,14 +140,6 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
   if (c.useCudaIfAvailable && !torch::cuda::is_available() && env.rank == 0) {
     logger()->info("use_cuda_if_available: this LibTorch has no usable CUDA; training on CPU");
   }
-  auto group = worker::createProcessGroup(env, {.backend = "gloo", .timeout = std::chrono::minutes(5)});
-  if (!group.ok()) return fail(env, 1, std::string(group.status().message()));
-  auto& pg = *group->pg;
-  worker::WorkerEnv channelEnv = env;
-  if (!c.sharedDir.empty()) channelEnv.sharedDir = c.sharedDir;
-  auto channel = worker::SharedDirChannel::create(channelEnv, group->store);
-  if (!channel.ok()) return fail(env, 1, std::string(channel.status().message()));
-
   auto train = readTsv(c.trainPath);
   if (!train.ok()) return fail(env, 2, std::string(train.status().message()));
   std::vector<Example> evalData, testData;
@@ -161,6 +153,15 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
     if (!t.ok()) return fail(env, 2, std::string(t.status().message()));
     testData = std::move(*t);
   }
+
+  // The data is checked first: a bad file fails before any rank waits for another.
+  auto group = worker::createProcessGroup(env, {.backend = "gloo", .timeout = std::chrono::minutes(5)});
+  if (!group.ok()) return fail(env, 1, std::string(group.status().message()));
+  auto& pg = *group->pg;
+  worker::WorkerEnv channelEnv = env;
+  if (!c.sharedDir.empty()) channelEnv.sharedDir = c.sharedDir;
+  auto channel = worker::SharedDirChannel::create(channelEnv, group->store);
+  if (!channel.ok()) return fail(env, 1, std::string(channel.status().message()));
 
   // Resume from the checkpoint when there is one; else rank 0 builds the vocabulary and
   // sends it to the others through the shared-dir channel.
