@@ -2,6 +2,7 @@
 #include "launcher/agent.h"
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "common/log.h"
 #include "absl/strings/str_split.h"
 #include "rendezvous/local_store.h"
@@ -125,16 +127,18 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
 Agent::~Agent() = default;
 
 absl::Status Agent::prepare() {
-  if (options_.maxNodes > 1) {
-    return absl::UnimplementedError(fmt::format(
-        "--nnodes={} needs the multi-node rendezvous, which this build of launch does not "
-        "have yet; run one node (--nnodes=1)",
-        options_.maxNodes));
+  multiNode_ = options_.maxNodes > 1 || (options_.rdzvBackend != "static" && !options_.standalone);
+  if (multiNode_ && options_.sharedDir.empty() && options_.maxNodes > 1) {
+    return absl::InvalidArgumentError(
+        "a multi-node job needs --shared_dir DIR on a filesystem every node shares (NFS); a "
+        "per-job temporary directory would be local to each node");
   }
   groupRank_ = 0;
   groupWorldSize_ = 1;
   worldSize_ = options_.localWorldSize * groupWorldSize_;
-  if (options_.standalone || options_.rdzvBackend != "static") {
+  if (multiNode_) {
+    runId_ = options_.rdzvId;
+  } else if (options_.standalone || options_.rdzvBackend != "static") {
     // As torchrun's c10d rendezvous: a run id of its own (standalone), the host's name and a
     // free port for the workers' own store.
     if (options_.standalone || options_.rdzvId == "none") {
@@ -167,7 +171,8 @@ absl::Status Agent::prepare() {
     }
   }
   runDir_ = baseLogDir_.empty() ? "" : makeTempDir(baseLogDir_, runId_ + "_");
-  jobId_ = fs::path(runDir_).filename().string();
+  // The channel's directory must be the same on every node: the run id across nodes.
+  jobId_ = multiNode_ ? runId_ : fs::path(runDir_).filename().string();
   if (runDir_.empty()) {
     return absl::InternalError(fmt::format("cannot create a log directory under '{}'",
                                            baseLogDir_.empty() ? tempRoot(env_) : baseLogDir_));
@@ -186,8 +191,17 @@ absl::Status Agent::prepare() {
   }
 
   // The store, in-process, on loopback, guarded by a token only this job's workers can read.
+  // Across nodes the token must be shared: MUSTER_STORE_TOKEN_FILE names it (or none).
   tokenFile_ = (fs::path(runDir_) / "store.token").string();
   std::string token = randomHex(16);
+  if (multiNode_) {
+    token.clear();
+    if (auto it = env_.find("MUSTER_STORE_TOKEN_FILE"); it != env_.end() && !it->second.empty()) {
+      auto shared = readToken(it->second);
+      if (!shared.ok()) return shared.status();
+      token = *shared;
+    }
+  }
   {
     int fd = open(tokenFile_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || write(fd, token.data(), token.size()) != static_cast<ssize_t>(token.size())) {
@@ -196,14 +210,20 @@ absl::Status Agent::prepare() {
     }
     close(fd);
   }
-  rendezvous::ServerOptions server;
-  server.host = "127.0.0.1";
-  server.port = 0;
-  server.token = token;
-  server.announce = false;
-  auto started = rendezvous::StoreServer::start(server);
-  if (!started.ok()) return started.status();
-  store_ = std::move(*started);
+  storeToken_ = token;
+  if (multiNode_) {
+    if (auto s = prepareMultiNode(); !s.ok()) return s;
+  } else {
+    rendezvous::ServerOptions server;
+    server.host = "127.0.0.1";
+    server.port = 0;
+    server.token = token;
+    server.announce = false;
+    auto started = rendezvous::StoreServer::start(server);
+    if (!started.ok()) return started.status();
+    store_ = std::move(*started);
+    endpoint_ = store_->address();
+  }
 
   if (!env_.count("OMP_NUM_THREADS") && options_.localWorldSize > 1) {
     logger()->warn(
@@ -215,14 +235,225 @@ absl::Status Agent::prepare() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The local address on the route to `host`: what other nodes can reach this node at.
+std::string routeAddress(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      if (local.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
+      } else {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof(buf));
+      }
+      out = buf;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+bool isLocalHost(const std::string& host) {
+  return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == hostName() || host == fqdn();
+}
+
+}  // namespace
+
+absl::Status Agent::prepareMultiNode() {
+  std::string host;
+  int port = 0;
+  if (options_.rdzvBackend == "static") {
+    host = options_.masterAddr;
+    port = options_.masterPort;
+    hostsStore_ = options_.nodeRank == 0;
+  } else {
+    if (options_.rdzvEndpoint.empty()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT (node 0's address, or a rendezvousd)",
+          options_.rdzvBackend));
+    }
+    if (options_.rdzvId == "none") {
+      return absl::InvalidArgumentError("--rdzv_backend=c10d needs --rdzv_id=JOB, the same on every node");
+    }
+    auto colon = options_.rdzvEndpoint.rfind(':');
+    host = colon == std::string::npos ? options_.rdzvEndpoint : options_.rdzvEndpoint.substr(0, colon);
+    port = colon == std::string::npos ? 29400 : std::atoi(options_.rdzvEndpoint.substr(colon + 1).c_str());
+    auto isHost = options_.rdzvConf.find("is_host");
+    hostsStore_ = isHost != options_.rdzvConf.end() ? (isHost->second == "1" || isHost->second == "true" ||
+                                                       isHost->second == "True")
+                                                    : isLocalHost(host);
+  }
+  auto seconds = [&](const char* key, Millis& out) -> absl::Status {
+    auto it = options_.rdzvConf.find(key);
+    if (it == options_.rdzvConf.end()) return absl::OkStatus();
+    try {
+      out = Millis(static_cast<int64_t>(std::stod(it->second) * 1000));
+      if (out.count() <= 0) throw std::invalid_argument("");
+    } catch (...) {
+      return absl::InvalidArgumentError(fmt::format("--rdzv_conf {}={} is invalid; expected seconds > 0", key, it->second));
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = seconds("join_timeout", joinTimeout_); !s.ok()) return s;
+  if (auto s = seconds("last_call_timeout", lastCall_); !s.ok()) return s;
+  if (auto s = seconds("keep_alive_interval", keepAliveInterval_); !s.ok()) return s;
+  if (auto it = options_.rdzvConf.find("keep_alive_max_attempt"); it != options_.rdzvConf.end()) {
+    keepAliveMaxAttempt_ = std::atoi(it->second.c_str());
+    if (keepAliveMaxAttempt_ < 1) {
+      return absl::InvalidArgumentError(fmt::format("--rdzv_conf keep_alive_max_attempt={} is invalid", it->second));
+    }
+  }
+  endpoint_ = rendezvous::joinHostPort(host, port);
+  if (hostsStore_) {
+    rendezvous::ServerOptions server;
+    server.host = "0.0.0.0";
+    server.port = port;
+    server.token = storeToken_;
+    auto started = rendezvous::StoreServer::start(server);
+    if (!started.ok()) {
+      if (options_.rdzvBackend == "static") return started.status();
+      // A c10d endpoint that is taken may be a standalone rendezvousd: use it.
+      logger()->info("{}; joining the rendezvous already there", std::string(started.status().message()));
+      hostsStore_ = false;
+    } else {
+      store_ = std::move(*started);
+    }
+  }
+  nodeId_ = fmt::format("{}-{}-{}", hostName(), getpid(), randomHex(2));
+  nodeHost_ = !options_.localAddr.empty() ? options_.localAddr : routeAddress(host, port);
+  if (nodeHost_.empty()) nodeHost_ = fqdn();
+  rdzv_ = std::make_unique<rendezvous::RendezvousClient>(endpoint_, storeToken_);
+  logger()->info("node {} ({}) joins run '{}' at {}{}", nodeId_, nodeHost_, runId_, endpoint_,
+                 hostsStore_ ? " (hosted here)" : "");
+  return absl::OkStatus();
+}
+
+void Agent::startJoin() {
+  muster::v1::JoinRequest req;
+  req.set_run_id(runId_);
+  auto* node = req.mutable_node();
+  node->set_node_id(nodeId_);
+  node->set_host(nodeHost_);
+  node->set_local_world_size(options_.localWorldSize);
+  node->set_wanted_rank(options_.rdzvBackend == "static" ? options_.nodeRank : -1);
+  node->set_master_port(freePort());
+  req.set_min_nodes(options_.minNodes);
+  req.set_max_nodes(options_.maxNodes);
+  req.set_last_call_ms(static_cast<uint64_t>(lastCall_.count()));
+  req.set_join_timeout_ms(static_cast<uint64_t>(joinTimeout_.count()));
+  req.set_keep_alive_ms(static_cast<uint64_t>(keepAliveInterval_.count() * keepAliveMaxAttempt_));
+  if (joinThread_.joinable()) joinThread_.join();
+  joinThread_ = std::thread([this, req] {
+    auto result = rdzv_->join(req, deadlineAfter(joinTimeout_ + Millis(5000)));
+    asio::post(io_, [this, result] { onJoined(result); });
+  });
+}
+
+void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
+  if (!result.ok()) {
+    std::fprintf(stderr, "launch: rendezvous at %s failed: %s\n", endpoint_.c_str(),
+                 std::string(result.status().message()).c_str());
+    finish(1);
+    return;
+  }
+  const auto& a = *result;
+  round_ = a.round();
+  groupRank_ = a.group_rank();
+  groupWorldSize_ = a.group_world_size();
+  worldSize_ = a.world_size();
+  rankOffset_ = a.rank_offset();
+  masterAddr_ = a.master_addr();
+  masterPort_ = a.master_port();
+  localDone_ = false;
+  remote_ = Remote::kNone;
+  logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}:{}", round_,
+                 groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
+                 masterAddr_, masterPort_);
+  auto status = startRound();
+  if (!status.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(status.message()).c_str());
+    report(false, std::string(status.message()));
+    finish(1);
+    return;
+  }
+  rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
+               [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
+               [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
+}
+
+void Agent::report(bool succeeded, const std::string& message) {
+  if (!rdzv_) return;
+  muster::v1::ReportRequest req;
+  req.set_run_id(runId_);
+  req.set_node_id(nodeId_);
+  req.set_round(round_);
+  req.set_outcome(succeeded ? muster::v1::ReportRequest::SUCCEEDED : muster::v1::ReportRequest::FAILED);
+  req.set_exit_code(succeeded ? 0 : 1);
+  req.set_message(message);
+  auto s = rdzv_->report(req, deadlineAfter(Millis(10000)));
+  if (!s.ok()) logger()->warn("could not report to the rendezvous: {}", std::string(s.message()));
+}
+
+void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
+  if (stopping_ == Stopping::kDone || e.round() != round_) return;
+  using K = muster::v1::RoundEvent;
+  if (e.kind() == K::JOB_SUCCEEDED) {
+    rdzv_->stopWatch();
+    logger()->info("every node succeeded");
+    finish(0);
+    return;
+  }
+  remote_ = e.kind() == K::NODE_WAITING ? Remote::kWaiting : e.kind() == K::NODE_FAILED ? Remote::kFailed : Remote::kLost;
+  remoteWhy_ = e.message().empty() ? fmt::format("node {} ended the round", e.host()) : e.message();
+  if (e.kind() == K::NODE_FAILED) remoteWhy_ = fmt::format("node {} (group rank {}) failed: {}", e.host(), e.group_rank(), e.message());
+  if (stopping_ == Stopping::kFailure) return;  // our own failure is being handled
+  if (localDone_ || (group_ && group_->settled())) {
+    stopping_ = Stopping::kRemote;
+    onRoundSettled();
+    return;
+  }
+  if (stopping_ == Stopping::kNo) {
+    stopping_ = Stopping::kRemote;
+    stopStarted_ = std::chrono::steady_clock::now();
+    stopGroup(SIGTERM, remoteWhy_);
+  }
+}
+
+void Agent::onRemoteError(const std::string& why) {
+  if (stopping_ == Stopping::kDone) return;
+  remote_ = Remote::kGone;
+  remoteWhy_ = why;
+  if (localDone_ || (group_ && group_->settled())) {
+    stopping_ = Stopping::kRemote;
+    onRoundSettled();
+    return;
+  }
+  if (stopping_ == Stopping::kNo) {
+    stopping_ = Stopping::kRemote;
+    stopStarted_ = std::chrono::steady_clock::now();
+    stopGroup(SIGTERM, why);
+  }
+}
+
 std::vector<WorkerSpec> Agent::roundSpecs() {
   std::vector<WorkerSpec> specs;
-  fs::path attemptDir = fs::path(runDir_) / fmt::format("attempt_{}", restartCount_);
-  std::string ns = fmt::format("{}/{}", runId_, restartCount_);
+  fs::path attemptDir = fs::path(runDir_) / fmt::format("attempt_{}", round_);
+  std::string ns = fmt::format("{}/{}", runId_, round_);
   for (int local = 0; local < options_.localWorldSize; ++local) {
     WorkerSpec spec;
     spec.localRank = local;
-    spec.globalRank = groupRank_ * options_.localWorldSize + local;
+    spec.globalRank = rankOffset_ + local;
     fs::path rankDir = attemptDir / std::to_string(local);
     std::error_code ec;
     fs::create_directories(rankDir, ec);
@@ -249,9 +480,9 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     if (!env_.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
     spec.errorFile = (rankDir / "error.json").string();
     e["TORCHELASTIC_ERROR_FILE"] = spec.errorFile;
-    e["MUSTER_STORE_ADDR"] = store_->address();
+    e["MUSTER_STORE_ADDR"] = endpoint_;
     e["MUSTER_STORE_NAMESPACE"] = ns;
-    e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
+    if (!storeToken_.empty()) e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
     e["MUSTER_SHARED_DIR"] = sharedDir_;
     e["MUSTER_RUN_DIR"] = runDir_;
     e["MUSTER_JOB_ID"] = jobId_;
@@ -362,11 +593,46 @@ void Agent::onRoundSettled() {
   if (stopping_ == Stopping::kNo) {
     logger()->info("all {} workers finished successfully in {:.3f} s", group_->workers().size(),
                    roundSecs);
-    finish(0);
+    if (!multiNode_) {
+      finish(0);
+      return;
+    }
+    // The job succeeds when every node has: wait for the service to say so (or for a failure).
+    localDone_ = true;
+    report(true, "");
+    if (stopping_ == Stopping::kNo) logger()->info("waiting for the other nodes to finish");
     return;
   }
   if (stopping_ == Stopping::kSignal) {
+    if (multiNode_) report(false, fmt::format("launch got {}", signalName(stopSignal_)));
     finish(128 + stopSignal_);
+    return;
+  }
+  if (stopping_ == Stopping::kRemote) {
+    if (rdzv_) rdzv_->stopWatch();
+    if (remote_ == Remote::kGone) {
+      std::fprintf(stderr, "launch: %s; %s\n", remoteWhy_.c_str(),
+                   hostsStore_ ? "this node hosted it"
+                               : "it was hosted by node 0's launch, which is gone (run a standalone "
+                                 "rendezvousd to make the store outlive any node)");
+      finish(1);
+      return;
+    }
+    if (remote_ == Remote::kWaiting) {
+      logger()->info("{}: restarting the group to take it in (not counted as a restart)", remoteWhy_);
+      stopping_ = Stopping::kNo;
+      startJoin();
+      return;
+    }
+    if (restartCount_ < options_.maxRestarts) {
+      ++restartCount_;
+      logger()->warn("{}; restarting the group ({} of {} restarts)", remoteWhy_, restartCount_, options_.maxRestarts);
+      stopping_ = Stopping::kNo;
+      startJoin();
+      return;
+    }
+    std::fprintf(stderr, "launch: the job failed: %s\n", remoteWhy_.c_str());
+    finish(1);
     return;
   }
   // A failure: the first worker that failed is the root cause. Others that failed in a way
@@ -387,6 +653,12 @@ void Agent::onRoundSettled() {
                     .count();
   logger()->info("group stopped {:.1f} ms after rank {} failed", stopMs,
                  rootCause_ ? rootCause_->globalRank : -1);
+  if (multiNode_) {
+    // Report before closing the watch: a watch that closes first looks like a lost node.
+    report(false, rootCause_ ? fmt::format("rank {} {}", rootCause_->globalRank, describeExit(rootCause_->exit))
+                             : std::string("a worker failed"));
+    if (rdzv_) rdzv_->stopWatch();
+  }
   if (restartCount_ < options_.maxRestarts) {
     if (rootCause_) {
       logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
@@ -396,10 +668,16 @@ void Agent::onRoundSettled() {
     ++restartCount_;
     // The new round gets a fresh namespace and channel directory; drop the old ones.
     std::error_code ec;
-    fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(restartCount_ - 1), ec);
-    rendezvous::LocalStore(store_->memory(), fmt::format("{}/{}", runId_, restartCount_ - 1))
-        .clear()
-        .IgnoreError();
+    fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
+    if (store_) {
+      rendezvous::LocalStore(store_->memory(), fmt::format("{}/{}", runId_, round_)).clear().IgnoreError();
+    }
+    if (multiNode_) {
+      stopping_ = Stopping::kNo;
+      startJoin();
+      return;
+    }
+    round_ = restartCount_;
     auto status = startRound();
     if (!status.ok()) {
       logger()->error("{}", std::string(status.message()));
@@ -484,6 +762,12 @@ void Agent::armSignals() {
         if (group_) group_->signalAll(SIGKILL);
       } else {
         logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
+        if (!group_ || group_->allExited()) {
+          // Nothing running (still joining, or waiting for the other nodes): stop now.
+          if (multiNode_) report(false, fmt::format("launch got {}", signalName(sig)));
+          finish(128 + sig);
+          return;
+        }
         stopping_ = Stopping::kSignal;
         stopSignal_ = sig;
         stopStarted_ = std::chrono::steady_clock::now();
@@ -512,14 +796,20 @@ int Agent::run() {
     std::fprintf(stderr, "launch: %s\n", std::string(prepared.message()).c_str());
     return prepared.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  auto started = startRound();
-  if (!started.ok()) {
-    std::fprintf(stderr, "launch: %s\n", std::string(started.message()).c_str());
-    group_.reset();
-    return 1;
+  if (multiNode_) {
+    startJoin();
+  } else {
+    auto started = startRound();
+    if (!started.ok()) {
+      std::fprintf(stderr, "launch: %s\n", std::string(started.message()).c_str());
+      group_.reset();
+      return 1;
+    }
   }
   io_.run();
   group_.reset();
+  if (rdzv_) rdzv_->stopWatch();
+  if (joinThread_.joinable()) joinThread_.detach();  // a join still waiting dies with the process
   if (store_) store_->shutdown(Millis(200));
   std::error_code ec;
   if (ownSharedDir_) {

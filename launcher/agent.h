@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "launcher/options.h"
 #include "launcher/reaper.h"
 #include "launcher/worker_group.h"
+#include "rendezvous/rendezvous_client.h"
 #include "rendezvous/store_server.h"
 
 namespace muster::launcher {
@@ -42,7 +44,14 @@ class Agent {
   };
 
   absl::Status prepare();
+  absl::Status prepareMultiNode();
   absl::Status startRound();
+  // Multi-node: joins the next round on a thread; onJoined continues on the loop.
+  void startJoin();
+  void onJoined(absl::StatusOr<muster::v1::Assignment> result);
+  void onRemoteEvent(const muster::v1::RoundEvent& event);
+  void onRemoteError(const std::string& why);
+  void report(bool succeeded, const std::string& message);
   std::vector<WorkerSpec> roundSpecs();
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);
@@ -78,7 +87,27 @@ class Agent {
   int groupWorldSize_ = 1;
   int worldSize_ = 1;
 
-  enum class Stopping { kNo, kFailure, kSignal, kDone };
+  // Multi-node.
+  bool multiNode_ = false;
+  bool hostsStore_ = false;
+  std::string endpoint_;
+  std::string nodeId_, nodeHost_;
+  std::string storeToken_;
+  std::unique_ptr<rendezvous::RendezvousClient> rdzv_;
+  std::thread joinThread_;
+  uint64_t round_ = 0;  // the store namespace's round: the restart count, or the service's round
+  int rankOffset_ = 0;
+  Millis keepAliveInterval_{5000};
+  int keepAliveMaxAttempt_ = 3;
+  Millis joinTimeout_{600000};
+  Millis lastCall_{30000};
+  bool localDone_ = false;
+  // Why the group was stopped from outside: another node's failure, loss or arrival, or the
+  // rendezvous gone.
+  enum class Remote { kNone, kWaiting, kFailed, kLost, kGone } remote_ = Remote::kNone;
+  std::string remoteWhy_;
+
+  enum class Stopping { kNo, kFailure, kSignal, kRemote, kDone };
   Stopping stopping_ = Stopping::kNo;
   int stopSignal_ = 0;
   int rootLocalRank_ = -1;

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "rendezvous/rendezvous_service.h"
 #include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
@@ -70,6 +71,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->memory_ = std::make_shared<MemoryStore>(options.limits);
   server->service_ = std::make_unique<StoreService>(server->memory_, options.token);
+  server->rendezvous_ = std::make_unique<RendezvousService>(options.token);
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options.tlsCertPem.empty()) {
@@ -95,6 +97,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   int selected = 0;
   builder.AddListeningPort(requested, credentials, &selected);
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->rendezvous_.get());
   for (auto* extra : options.extraServices) builder.RegisterService(extra);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || selected == 0) {
@@ -124,6 +127,7 @@ void StoreServer::shutdown(Millis grace) {
   if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
   size_t pending = memory_->pendingWaiters();
   memory_->shutdown();
+  rendezvous_->shutdown();
   service_->closeAll();
   server_->Shutdown(std::chrono::system_clock::now() + grace);
   logger()->log(announce_ ? spdlog::level::info : spdlog::level::debug,

@@ -1,4 +1,5 @@
-// A running store: the gRPC server, the StoreService, the health service, TLS and token,
+// A running store: the gRPC server, the StoreService and the RendezvousService beside it, the
+// health service, TLS and token,
 // bound to one address. rendezvousd runs one; the master's `launch` hosts one in-process.
 #pragma once
 
@@ -17,6 +18,7 @@ class Service;
 namespace muster::rendezvous {
 
 class StoreService;
+class RendezvousService;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -47,6 +49,7 @@ class StoreServer {
   const std::string& address() const { return address_; }
   const std::shared_ptr<MemoryStore>& memory() const { return memory_; }
   StoreService& service() { return *service_; }
+  RendezvousService& rendezvous() { return *rendezvous_; }
 
   // Ends pending waits with UNAVAILABLE, closes every session, stops accepting, and waits at
   // most `grace` for calls in flight. Idempotent.
@@ -58,6 +61,7 @@ class StoreServer {
   StoreServer() = default;
   std::shared_ptr<MemoryStore> memory_;
   std::unique_ptr<StoreService> service_;
+  std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

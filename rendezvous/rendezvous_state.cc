@@ -1,0 +1,389 @@
+// RendezvousState: joining, closing rounds, assigning ranks, ending rounds.
+#include "rendezvous/rendezvous_state.h"
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace muster::rendezvous {
+namespace {
+
+auto logger() {
+  static auto l = log::get("rendezvous");
+  return l;
+}
+
+std::string who(const pb::NodeInfo& n) { return fmt::format("{} ({})", n.host(), n.node_id()); }
+
+std::string nnodes(int lo, int hi) { return lo == hi ? std::to_string(lo) : fmt::format("{}:{}", lo, hi); }
+
+}  // namespace
+
+RendezvousState::RendezvousState() { timer_ = std::thread([this] { timerLoop(); }); }
+
+RendezvousState::~RendezvousState() {
+  shutdown();
+  timer_.join();
+}
+
+size_t RendezvousState::pendingJoins() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, run] : runs_) n += run.pending.size();
+  return n;
+}
+
+void RendezvousState::failPending(Run& run, size_t index, absl::Status status, Actions& actions) {
+  Pending p = std::move(run.pending[index]);
+  run.pending.erase(run.pending.begin() + static_cast<long>(index));
+  joinRuns_.erase(p.id);
+  actions.push_back([done = std::move(p.done), status] { done(status); });
+}
+
+uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
+  Actions actions;
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = nextId_++;
+    const pb::NodeInfo& node = req.node();
+    auto reject = [&](absl::Status s) { actions.push_back([done, s] { done(s); }); };
+    if (shutdown_) {
+      reject(absl::UnavailableError("the rendezvous is shutting down"));
+    } else if (req.min_nodes() < 1 || req.max_nodes() < req.min_nodes() || node.local_world_size() < 1) {
+      reject(absl::InvalidArgumentError("a join needs 1 <= min_nodes <= max_nodes and local_world_size >= 1"));
+    } else {
+      Run& run = runs_[req.run_id()];
+      if (run.firstNode.empty()) {
+        run.minNodes = req.min_nodes();
+        run.maxNodes = req.max_nodes();
+        run.lastCallMs = req.last_call_ms();
+        run.keepAliveMs = req.keep_alive_ms();
+        run.joinTimeoutMs = req.join_timeout_ms();
+        run.firstNode = who(node);
+      }
+      if (run.finished) {
+        reject(absl::FailedPreconditionError(fmt::format("run '{}' has already finished", req.run_id())));
+      } else if (req.min_nodes() != run.minNodes || req.max_nodes() != run.maxNodes) {
+        reject(absl::InvalidArgumentError(fmt::format(
+            "node {} asks for --nnodes={} but run '{}' was started with --nnodes={} by node {}",
+            who(node), nnodes(req.min_nodes(), req.max_nodes()), req.run_id(),
+            nnodes(run.minNodes, run.maxNodes), run.firstNode)));
+      } else if (node.wanted_rank() >= run.maxNodes) {
+        reject(absl::InvalidArgumentError(fmt::format(
+            "node {} asks for node rank {} but the run has {} nodes", who(node), node.wanted_rank(), run.maxNodes)));
+      } else {
+        // The same agent joining again (a retried call): the old join gives way.
+        for (size_t i = 0; i < run.pending.size(); ++i) {
+          if (run.pending[i].node.node_id() == node.node_id()) {
+            failPending(run, i, absl::CancelledError("superseded by a newer join of the same node"), actions);
+            break;
+          }
+        }
+        bool duplicate = false;
+        if (node.wanted_rank() >= 0 && run.running) {
+          for (const auto& [memberId, m] : run.members) {
+            if (m.node.wanted_rank() == node.wanted_rank() && memberId != node.node_id()) {
+              reject(absl::AlreadyExistsError(fmt::format(
+                  "node rank {} is claimed by two nodes: {} (running) and {}; give each node its own --node_rank",
+                  node.wanted_rank(), who(m.node), who(node))));
+              duplicate = true;
+              break;
+            }
+          }
+        }
+        if (!duplicate && node.wanted_rank() >= 0) {
+          for (size_t i = 0; i < run.pending.size(); ++i) {
+            if (run.pending[i].node.wanted_rank() == node.wanted_rank()) {
+              auto s = absl::AlreadyExistsError(fmt::format(
+                  "node rank {} is claimed by two nodes: {} and {}; give each node its own --node_rank",
+                  node.wanted_rank(), who(run.pending[i].node), who(node)));
+              failPending(run, i, s, actions);
+              reject(s);
+              duplicate = true;
+              break;
+            }
+          }
+        }
+        if (!duplicate) {
+          Deadline deadline = deadlineAfter(Millis(static_cast<int64_t>(req.join_timeout_ms())));
+          run.pending.push_back({id, node, std::move(done), deadline});
+          joinRuns_[id] = req.run_id();
+          if (run.running) {
+            // A node arrives while a round runs: it waits; below MAX the round ends to take it in.
+            if (static_cast<int>(run.members.size()) < run.maxNodes) {
+              pb::RoundEvent e;
+              e.set_kind(pb::RoundEvent::NODE_WAITING);
+              e.set_node_id(node.node_id());
+              e.set_host(node.host());
+              e.set_message(fmt::format("node {} waits to join; restarting to take it in", who(node)));
+              endRound(run, e, actions);
+            }
+          } else if (static_cast<int>(run.pending.size()) >= run.maxNodes) {
+            closeRound(req.run_id(), run, actions);
+          } else if (static_cast<int>(run.pending.size()) >= run.minNodes && run.lastCall == kNoDeadline) {
+            run.lastCall = deadlineAfter(Millis(static_cast<int64_t>(run.lastCallMs)));
+          }
+        }
+      }
+    }
+  }
+  cv_.notify_all();
+  for (auto& a : actions) a();
+  return id;
+}
+
+void RendezvousState::cancelJoin(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = joinRuns_.find(id);
+  if (it == joinRuns_.end()) return;
+  Run& run = runs_[it->second];
+  for (size_t i = 0; i < run.pending.size(); ++i) {
+    if (run.pending[i].id == id) {
+      run.pending.erase(run.pending.begin() + static_cast<long>(i));
+      break;
+    }
+  }
+  if (static_cast<int>(run.pending.size()) < run.minNodes) run.lastCall = kNoDeadline;
+  joinRuns_.erase(it);
+}
+
+void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& actions) {
+  std::vector<Pending> joined = std::move(run.pending);
+  run.pending.clear();
+  run.lastCall = kNoDeadline;
+  bool byWantedRank = true;
+  for (const auto& p : joined) byWantedRank = byWantedRank && p.node.wanted_rank() >= 0;
+  if (byWantedRank) {
+    std::sort(joined.begin(), joined.end(),
+              [](const Pending& a, const Pending& b) { return a.node.wanted_rank() < b.node.wanted_rank(); });
+  }
+  pb::Assignment base;
+  base.set_round(run.round);
+  base.set_group_world_size(static_cast<int>(joined.size()));
+  int world = 0;
+  for (const auto& p : joined) {
+    *base.add_nodes() = p.node;
+    world += p.node.local_world_size();
+  }
+  base.set_world_size(world);
+  base.set_master_addr(joined.front().node.host());
+  base.set_master_port(joined.front().node.master_port());
+  run.members.clear();
+  run.running = true;
+  Deadline expiry = deadlineAfter(Millis(static_cast<int64_t>(run.keepAliveMs)));
+  int offset = 0;
+  std::string layout;
+  for (size_t r = 0; r < joined.size(); ++r) {
+    pb::Assignment a = base;
+    a.set_group_rank(static_cast<int>(r));
+    a.set_rank_offset(offset);
+    offset += joined[r].node.local_world_size();
+    run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false};
+    joinRuns_.erase(joined[r].id);
+    layout += fmt::format("{}{}={}x{}", r ? ", " : "", r, joined[r].node.host(), joined[r].node.local_world_size());
+    actions.push_back([done = std::move(joined[r].done), a] { done(a); });
+  }
+  logger()->info("run '{}' round {}: {} node(s), world size {} [{}]", runId, run.round, joined.size(), world, layout);
+}
+
+void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& actions) {
+  pb::RoundEvent e = event;
+  e.set_round(run.round);
+  for (auto it = run.watchers.begin(); it != run.watchers.end();) {
+    if (it->second.round == run.round) {
+      actions.push_back([sink = it->second.sink, e] { sink(e); });
+      watcherRuns_.erase(it->first);
+      it = run.watchers.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  run.running = false;
+  run.members.clear();
+  if (e.kind() == pb::RoundEvent::JOB_SUCCEEDED) {
+    run.finished = true;
+    for (size_t i = run.pending.size(); i-- > 0;) {
+      failPending(run, i, absl::FailedPreconditionError("the job finished before this node could join"), actions);
+    }
+  } else {
+    ++run.round;
+    // Nodes that waited while the round ran now form the next one with the survivors.
+    if (static_cast<int>(run.pending.size()) >= run.minNodes && run.lastCall == kNoDeadline) {
+      run.lastCall = deadlineAfter(Millis(static_cast<int64_t>(run.lastCallMs)));
+    }
+  }
+}
+
+absl::Status RendezvousState::heartbeat(const std::string& runId, const std::string& nodeId) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runs_.find(runId);
+  if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", runId));
+  auto m = it->second.members.find(nodeId);
+  if (m != it->second.members.end()) {
+    m->second.expiry = deadlineAfter(Millis(static_cast<int64_t>(it->second.keepAliveMs)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RendezvousState::watch(const std::string& runId, const std::string& nodeId,
+                                                uint64_t round, EventSink sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runs_.find(runId);
+  if (it == runs_.end() || !it->second.running || it->second.round != round ||
+      !it->second.members.count(nodeId)) {
+    return absl::NotFoundError(fmt::format("round {} of run '{}' is not running with node {}", round, runId, nodeId));
+  }
+  uint64_t id = nextId_++;
+  it->second.watchers[id] = {nodeId, round, std::move(sink)};
+  watcherRuns_[id] = runId;
+  return id;
+}
+
+void RendezvousState::unwatch(uint64_t id, bool clientGone) {
+  Actions actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = watcherRuns_.find(id);
+    if (r == watcherRuns_.end()) return;
+    Run& run = runs_[r->second];
+    auto w = run.watchers.find(id);
+    std::string runId = r->second;
+    watcherRuns_.erase(r);
+    if (w == run.watchers.end()) return;
+    Watcher watcher = std::move(w->second);
+    run.watchers.erase(w);
+    auto m = run.members.find(watcher.nodeId);
+    if (clientGone && run.running && run.round == watcher.round && m != run.members.end() && !m->second.done) {
+      pb::RoundEvent e;
+      e.set_kind(pb::RoundEvent::NODE_LOST);
+      e.set_node_id(watcher.nodeId);
+      e.set_host(m->second.node.host());
+      e.set_group_rank(m->second.groupRank);
+      e.set_message(fmt::format("node {} (group rank {}) was lost: its agent went away",
+                                who(m->second.node), m->second.groupRank));
+      logger()->warn("run '{}' round {}: {}", runId, run.round, e.message());
+      endRound(run, e, actions);
+    }
+  }
+  cv_.notify_all();
+  for (auto& a : actions) a();
+}
+
+absl::Status RendezvousState::report(const pb::ReportRequest& req) {
+  Actions actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = runs_.find(req.run_id());
+    if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", req.run_id()));
+    Run& run = it->second;
+    auto m = run.members.find(req.node_id());
+    if (!run.running || run.round != req.round() || m == run.members.end()) return absl::OkStatus();
+    if (req.outcome() == pb::ReportRequest::SUCCEEDED) {
+      m->second.done = true;
+      bool all = true;
+      for (const auto& [id, member] : run.members) all = all && member.done;
+      if (all) {
+        pb::RoundEvent e;
+        e.set_kind(pb::RoundEvent::JOB_SUCCEEDED);
+        e.set_message("every node's workers succeeded");
+        logger()->info("run '{}' round {}: every node succeeded", req.run_id(), run.round);
+        endRound(run, e, actions);
+      }
+    } else {
+      pb::RoundEvent e;
+      e.set_kind(pb::RoundEvent::NODE_FAILED);
+      e.set_node_id(req.node_id());
+      e.set_host(m->second.node.host());
+      e.set_group_rank(m->second.groupRank);
+      e.set_exit_code(req.exit_code());
+      e.set_message(req.message());
+      logger()->warn("run '{}' round {}: node {} failed: {}", req.run_id(), run.round, who(m->second.node), req.message());
+      endRound(run, e, actions);
+    }
+  }
+  cv_.notify_all();
+  for (auto& a : actions) a();
+  return absl::OkStatus();
+}
+
+void RendezvousState::shutdown() {
+  Actions actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    for (auto& [id, run] : runs_) {
+      for (size_t i = run.pending.size(); i-- > 0;) {
+        failPending(run, i, absl::UnavailableError("the rendezvous is shutting down"), actions);
+      }
+    }
+  }
+  cv_.notify_all();
+  for (auto& a : actions) a();
+}
+
+Deadline RendezvousState::nextDeadline() const {
+  Deadline next = kNoDeadline;
+  for (const auto& [id, run] : runs_) {
+    next = std::min(next, run.lastCall);
+    for (const auto& p : run.pending) next = std::min(next, p.deadline);
+    if (run.running) {
+      for (const auto& [nid, m] : run.members) {
+        if (!m.done) next = std::min(next, m.expiry);
+      }
+    }
+  }
+  return next;
+}
+
+void RendezvousState::timerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutdown_) {
+    Deadline next = nextDeadline();
+    if (next == kNoDeadline) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < next) {
+      cv_.wait_until(lock, next);
+      continue;
+    }
+    Actions actions;
+    auto now = Clock::now();
+    for (auto& [runId, run] : runs_) {
+      if (run.lastCall <= now) {
+        run.lastCall = kNoDeadline;
+        if (!run.running && static_cast<int>(run.pending.size()) >= run.minNodes) closeRound(runId, run, actions);
+      }
+      for (size_t i = run.pending.size(); i-- > 0;) {
+        if (run.pending[i].deadline > now) continue;
+        std::string present;
+        for (const auto& p : run.pending) present += (present.empty() ? "" : ", ") + p.node.host();
+        failPending(run, i, absl::DeadlineExceededError(fmt::format(
+            "timed out after {:.1f} s waiting for nodes: {}/{} joined ({})", run.joinTimeoutMs / 1000.0,
+            run.pending.size(), run.minNodes, present)), actions);
+      }
+      if (run.running) {
+        for (const auto& [nodeId, m] : run.members) {
+          if (m.done || m.expiry > now) continue;
+          pb::RoundEvent e;
+          e.set_kind(pb::RoundEvent::NODE_LOST);
+          e.set_node_id(nodeId);
+          e.set_host(m.node.host());
+          e.set_group_rank(m.groupRank);
+          e.set_message(fmt::format("node {} (group rank {}) was lost: no heartbeat for {:.1f} s", who(m.node),
+                                    m.groupRank, run.keepAliveMs / 1000.0));
+          logger()->warn("run '{}' round {}: {}", runId, run.round, e.message());
+          endRound(run, e, actions);
+          break;
+        }
+      }
+    }
+    lock.unlock();
+    for (auto& a : actions) a();
+    lock.lock();
+  }
+}
+
+}  // namespace muster::rendezvous

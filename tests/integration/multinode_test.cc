@@ -1,0 +1,262 @@
+// Several launch agents as nodes on loopback: static and elastic rounds, failures and losses
+// seen by every node, duplicate ranks, a standalone rendezvousd, scaling down and up.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "tests/support/child.h"
+
+namespace muster {
+namespace {
+
+using testing::buildDir;
+using testing::Child;
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+constexpr milliseconds kRun{120000};
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class MultiNode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("muster-mn-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "shared");
+    port_ = freePort();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string script(const std::string& body) {
+    fs::path p = dir_ / ("w" + std::to_string(scripts_++) + ".sh");
+    std::ofstream(p) << "#!/bin/bash\n" << body;
+    chmod(p.c_str(), 0755);
+    return p.string();
+  }
+  // Records each rank's view, per round: env_<round>_<rank>.
+  std::string recorder(const std::string& then = "") {
+    return script("r=${MUSTER_STORE_NAMESPACE##*/}\nenv > " + (dir_ / "env_").string() +
+                  "${r}_$RANK\n" + then);
+  }
+  std::unique_ptr<Child> node(std::vector<std::string> flags, const std::string& program) {
+    std::vector<std::string> argv{buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(program);
+    return std::make_unique<Child>(argv);
+  }
+  std::vector<std::string> staticFlags(int nnodes, int rank, int nproc) {
+    return {"--nnodes=" + std::to_string(nnodes), "--node_rank=" + std::to_string(rank),
+            "--nproc_per_node=" + std::to_string(nproc), "--master_port=" + std::to_string(port_)};
+  }
+  std::vector<std::string> elasticFlags(const std::string& nnodes, int nproc, const std::string& endpoint,
+                                        const std::string& extraConf = "") {
+    return {"--nnodes=" + nnodes, "--nproc_per_node=" + std::to_string(nproc), "--rdzv_backend=c10d",
+            "--rdzv_endpoint=" + endpoint, "--rdzv_id=job7", "--max_restarts=2",
+            "--rdzv_conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2" + extraConf};
+  }
+  std::map<std::string, std::string> env(int round, int rank) {
+    std::map<std::string, std::string> out;
+    std::ifstream in(dir_ / ("env_" + std::to_string(round) + "_" + std::to_string(rank)));
+    for (std::string line; std::getline(in, line);) {
+      auto eq = line.find('=');
+      if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    return out;
+  }
+  bool awaitFile(const std::string& name, milliseconds timeout = kRun) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(dir_ / name)) return true;
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    return false;
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+  int scripts_ = 0;
+};
+
+TEST_F(MultiNode, StaticTwoNodesWithDifferentProcessCounts) {
+  std::string w = recorder();
+  auto a = node(staticFlags(2, 0, 2), w);
+  auto b = node(staticFlags(2, 1, 3), w);
+  EXPECT_EQ(a->wait(kRun)->code, 0) << a->stderrText();
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stderrText();
+  for (int r = 0; r < 5; ++r) {
+    auto e = env(0, r);
+    EXPECT_EQ(e["WORLD_SIZE"], "5");
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["GROUP_RANK"], r < 2 ? "0" : "1");
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(r < 2 ? r : r - 2));
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], r < 2 ? "2" : "3");
+    EXPECT_EQ(e["MASTER_ADDR"], env(0, 0)["MASTER_ADDR"]);
+    EXPECT_EQ(e["MASTER_PORT"], env(0, 0)["MASTER_PORT"]);
+    EXPECT_EQ(e["MUSTER_STORE_ADDR"], "127.0.0.1:" + std::to_string(port_));
+  }
+  EXPECT_NE(env(0, 0)["MASTER_PORT"], std::to_string(port_)) << "the workers' store gets a port of its own";
+}
+
+TEST_F(MultiNode, StaticThreeNodes) {
+  std::string w = recorder();
+  std::vector<std::unique_ptr<Child>> nodes;
+  for (int n = 2; n >= 0; --n) nodes.push_back(node(staticFlags(3, n, 1), w));  // any order
+  for (auto& c : nodes) EXPECT_EQ(c->wait(kRun)->code, 0) << c->stderrText();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(env(0, r)["GROUP_RANK"], std::to_string(r));
+}
+
+TEST_F(MultiNode, AWorkerFailureFailsEveryNodeWithTheSameCode) {
+  std::string w = script("if [ \"$RANK\" = 3 ]; then sleep 0.3; exit 5; fi\nsleep 60 & wait\n");
+  auto start = std::chrono::steady_clock::now();
+  auto a = node(staticFlags(2, 0, 2), w);
+  auto b = node(staticFlags(2, 1, 2), w);
+  auto ea = a->wait(kRun), eb = b->wait(kRun);
+  EXPECT_EQ(ea->code, 1);
+  EXPECT_EQ(eb->code, 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_NE(a->stderrText().find("node 127.0.0.1 (group rank 1) failed: rank 3 exited with code 5"),
+            std::string::npos) << a->stderrText();
+  EXPECT_NE(b->stderrText().find("root cause: rank 3"), std::string::npos);
+}
+
+TEST_F(MultiNode, KilledAgentIsDetectedWithinTheKeepAliveTimeout) {
+  std::string w = script("echo up > " + (dir_ / "up_").string() + "$RANK\nsleep 60 & wait\n");
+  std::vector<std::string> conf{"--rdzv_conf=keep_alive_interval=1,keep_alive_max_attempt=2"};
+  auto fa = staticFlags(2, 0, 1), fb = staticFlags(2, 1, 1);
+  fa.insert(fa.end(), conf.begin(), conf.end());
+  fb.insert(fb.end(), conf.begin(), conf.end());
+  auto a = node(fa, w);
+  auto b = node(fb, w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  auto killed = std::chrono::steady_clock::now();
+  b->kill(SIGKILL);
+  auto ea = a->wait(kRun);
+  auto detected = std::chrono::steady_clock::now() - killed;
+  EXPECT_EQ(ea->code, 1);
+  // keep_alive_interval x keep_alive_max_attempt = 2 s; a vanished agent is seen at once.
+  EXPECT_LT(detected, std::chrono::seconds(2)) << "detected after "
+      << std::chrono::duration_cast<milliseconds>(detected).count() << " ms";
+  EXPECT_NE(a->stderrText().find("(group rank 1) was lost"), std::string::npos) << a->stderrText();
+}
+
+TEST_F(MultiNode, LosingNodeZerosAgentSaysSoAndSuggestsRendezvousd) {
+  std::string w = script("echo up > " + (dir_ / "up_").string() + "$RANK\nsleep 60 & wait\n");
+  auto a = node(staticFlags(2, 0, 1), w);
+  auto b = node(staticFlags(2, 1, 1), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  a->kill(SIGKILL);
+  auto eb = b->wait(kRun);
+  EXPECT_EQ(eb->code, 1);
+  EXPECT_NE(b->stderrText().find("went away"), std::string::npos) << b->stderrText();
+  EXPECT_NE(b->stderrText().find("standalone rendezvousd"), std::string::npos) << b->stderrText();
+}
+
+TEST_F(MultiNode, DuplicateNodeRankIsAnErrorNamingBothNodes) {
+  std::string w = script("echo up > " + (dir_ / "up_").string() + "$RANK\nsleep 60 & wait\n");
+  auto a = node(staticFlags(2, 0, 1), w);
+  auto b = node(staticFlags(2, 1, 1), w);
+  ASSERT_TRUE(awaitFile("up_1"));
+  auto dup = node(staticFlags(2, 1, 1), w);
+  auto e = dup->wait(kRun);
+  EXPECT_EQ(e->code, 1);
+  EXPECT_NE(dup->stderrText().find("node rank 1 is claimed by two nodes"), std::string::npos)
+      << dup->stderrText();
+  a->kill(SIGTERM);
+  b->kill(SIGTERM);
+}
+
+TEST_F(MultiNode, DisagreeingNnodesIsAnErrorNamingBothSizes) {
+  std::string w = script("sleep 60 & wait\n");
+  auto a = node(staticFlags(2, 0, 1), w);
+  auto b = node(staticFlags(3, 1, 1), w);
+  // Whichever join reaches the service first sets the run's size; the other is refused.
+  auto e = b->wait(kRun);
+  EXPECT_EQ(e->code, 1);
+  if (b->stderrText().find("shutting down") != std::string::npos) {
+    auto ea = a->wait(kRun);
+    EXPECT_EQ(ea->code, 1);
+    EXPECT_NE(a->stderrText().find("asks for --nnodes=2 but run 'none' was started with --nnodes=3"),
+              std::string::npos) << a->stderrText();
+  } else {
+    EXPECT_NE(b->stderrText().find("asks for --nnodes=3 but run 'none' was started with --nnodes=2"),
+              std::string::npos) << b->stderrText();
+    a->kill(SIGTERM);
+  }
+}
+
+TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
+  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
+  ASSERT_TRUE(line.has_value());
+  // Round 0 runs until a node is lost; later rounds succeed.
+  std::string w = recorder("[ \"$r\" = 0 ] && { echo up > " + (dir_ / "up_").string() +
+                           "$RANK; sleep 60 & wait; }\nexit 0\n");
+  auto a = node(elasticFlags("2", 1, (*line)[1]), w);
+  auto b = node(elasticFlags("2", 1, (*line)[1]), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  a->kill(SIGKILL);
+  auto c = node(elasticFlags("2", 1, (*line)[1]), w);  // a replacement
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stderrText();
+  EXPECT_EQ(c->wait(kRun)->code, 0) << c->stderrText();
+  EXPECT_EQ(env(1, 0)["WORLD_SIZE"], "2");
+}
+
+TEST_F(MultiNode, ScaleDownFromThreeToTwo) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(port_);
+  std::string w = recorder("[ \"$r\" = 0 ] && { echo up > " + (dir_ / "up_").string() +
+                           "$RANK; sleep 60 & wait; }\nexit 0\n");
+  auto a = node(elasticFlags("2:3", 1, endpoint, ",is_host=true"), w);
+  auto b = node(elasticFlags("2:3", 1, endpoint, ",is_host=false"), w);
+  auto c = node(elasticFlags("2:3", 1, endpoint, ",is_host=false"), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1") && awaitFile("up_2"));
+  EXPECT_EQ(env(0, 0)["WORLD_SIZE"], "3");
+  c->kill(SIGKILL);
+  EXPECT_EQ(a->wait(kRun)->code, 0) << a->stderrText();
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stderrText();
+  EXPECT_EQ(env(1, 0)["WORLD_SIZE"], "2");
+  EXPECT_EQ(env(1, 1)["TORCHELASTIC_RESTART_COUNT"], "1");
+}
+
+TEST_F(MultiNode, ScaleUpFromTwoToThreeWithoutUsingARestart) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(port_);
+  std::string w = recorder("[ \"$r\" = 0 ] && { echo up > " + (dir_ / "up_").string() +
+                           "$RANK; sleep 60 & wait; }\nexit 0\n");
+  auto flags = [&](const std::string& host) {
+    auto f = elasticFlags("2:3", 1, endpoint, ",is_host=" + host);
+    f[5] = "--max_restarts=0";
+    return f;
+  };
+  auto a = node(flags("true"), w);
+  auto b = node(flags("false"), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  EXPECT_EQ(env(0, 0)["WORLD_SIZE"], "2");
+  auto c = node(flags("false"), w);
+  EXPECT_EQ(a->wait(kRun)->code, 0) << a->stderrText();
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stderrText();
+  EXPECT_EQ(c->wait(kRun)->code, 0) << c->stderrText();
+  EXPECT_EQ(env(1, 2)["WORLD_SIZE"], "3");
+  EXPECT_EQ(env(1, 2)["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_NE(a->stderrText().find("not counted as a restart"), std::string::npos) << a->stderrText();
+}
+
+}  // namespace
+}  // namespace muster
