@@ -260,3 +260,71 @@ TEST_F(MultiNode, ScaleUpFromTwoToThreeWithoutUsingARestart) {
 
 }  // namespace
 }  // namespace muster
+
+namespace muster {
+namespace {
+
+// Two hosts in network namespaces, joined through a bridge that lives in a namespace of its
+// own; 10.x addresses exist only inside them. Needs root and iproute2.
+class NetnsHosts : public MultiNode {
+ protected:
+  void SetUp() override {
+    MultiNode::SetUp();
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    tag_ = "mh" + std::to_string(getpid() % 100000);
+    subnet_ = "10.214." + std::to_string(getpid() % 200 + 20);
+    std::string s = "set -e; ip netns add " + tag_ + "br; ip -n " + tag_ + "br link add br0 type bridge; ip -n " +
+                    tag_ + "br link set br0 up; ";
+    for (int h = 1; h <= 2; ++h) {
+      std::string ns = tag_ + "h" + std::to_string(h), v = tag_ + "v" + std::to_string(h),
+                  p = tag_ + "p" + std::to_string(h);
+      s += "ip netns add " + ns + "; ip link add " + v + " type veth peer name " + p + "; ip link set " + v +
+           " netns " + ns + "; ip link set " + p + " netns " + tag_ + "br; ip -n " + tag_ + "br link set " + p +
+           " master br0; ip -n " + tag_ + "br link set " + p + " up; ip -n " + ns + " addr add " + subnet_ + "." +
+           std::to_string(h) + "/24 dev " + v + "; ip -n " + ns + " link set " + v + " up; ip -n " + ns +
+           " link set lo up; ";
+    }
+    if (std::system(("(" + s + ") >/dev/null 2>&1").c_str()) != 0) {
+      teardown();
+      GTEST_SKIP() << "cannot create network namespaces here";
+    }
+    made_ = true;
+  }
+  void TearDown() override {
+    if (made_) teardown();
+    MultiNode::TearDown();
+  }
+  void teardown() {
+    std::system(("for n in br h1 h2; do ip netns del " + tag_ + "$n; done >/dev/null 2>&1").c_str());
+  }
+  std::unique_ptr<Child> hostNode(int h, std::vector<std::string> flags, std::vector<std::string> program) {
+    std::vector<std::string> argv{"/usr/bin/nsenter", "--net=/run/netns/" + tag_ + "h" + std::to_string(h), "--",
+                                  buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), program.begin(), program.end());
+    return std::make_unique<Child>(argv, std::vector<std::string>{"GLOO_SOCKET_IFNAME=" + tag_ + "v" + std::to_string(h)});
+  }
+  std::string tag_, subnet_;
+  bool made_ = false;
+};
+
+TEST_F(NetnsHosts, TwoHostsRunGlooCollectivesAcrossTheirOwnAddresses) {
+  std::string master = subnet_ + ".1";
+  auto flags = [&](int rank) {
+    return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
+                                    "--master_addr=" + master, "--master_port=" + std::to_string(port_)};
+  };
+  std::vector<std::string> check{buildDir() + "/worker/worker", "--timeout=60"};
+  auto a = hostNode(1, flags(0), check);
+  auto b = hostNode(2, flags(1), check);
+  auto ea = a->wait(kRun), eb = b->wait(kRun);
+  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  EXPECT_EQ(ea->code, 0) << a->stdoutText() << a->stderrText();
+  EXPECT_EQ(eb->code, 0) << b->stdoutText() << b->stderrText();
+  EXPECT_NE(a->stdoutText().find("self-check passed: 4 rank(s), gloo"), std::string::npos) << a->stdoutText();
+  // The workers' store is group rank 0's own address, reachable from the other host.
+  EXPECT_NE(b->stderrText().find("workers' store at " + master + ":"), std::string::npos) << b->stderrText();
+}
+
+}  // namespace
+}  // namespace muster
