@@ -1,0 +1,189 @@
+// Rendezvous benchmark: N simulated agents (concurrent Join calls from a few client
+// processes, gRPC's async API) join one round on one service: the time from the first join to
+// every agent knowing its rank, for N = 64 .. 4096; and, in the same run, torch's own c10d
+// rendezvous (DynamicRendezvousHandler over TCPStore, Python) with as many agents as this
+// machine holds. (Failure detection is asserted by tests/integration/multinode_test.)
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/log.h"
+#include "muster/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/rendezvous_client.h"
+#include "rendezvous/store_server.h"
+
+extern char** environ;
+namespace pb = muster::v1;
+namespace fs = std::filesystem;
+
+namespace {
+
+long long nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& out) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!out.empty()) posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// A client process: `count` agents, each one async Join; prints "<start> <done>" per agent.
+int child(const std::string& target, const std::string& run, int nodes, int first, int count) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = pb::Rendezvous::NewStub(channel);
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  struct Call {
+    grpc::ClientContext context;
+    pb::JoinRequest request;
+    pb::Assignment response;
+    long long start = 0, done = 0;
+    bool ok = false;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = count;
+  for (int i = 0; i < count; ++i) {
+    auto c = std::make_unique<Call>();
+    c->request.set_run_id(run);
+    c->request.set_min_nodes(nodes);
+    c->request.set_max_nodes(nodes);
+    c->request.set_join_timeout_ms(120000);
+    c->request.set_keep_alive_ms(600000);
+    auto* n = c->request.mutable_node();
+    n->set_node_id(fmt::format("agent-{}", first + i));
+    n->set_host("10.0.0.1");
+    n->set_local_world_size(8);
+    n->set_wanted_rank(-1);
+    n->set_master_port(29500);
+    c->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    calls.push_back(std::move(c));
+  }
+  for (auto& c : calls) {
+    Call* p = c.get();
+    p->start = nowNs();
+    stub->async()->Join(&p->context, &p->request, &p->response, [p, &mu, &cv, &left](grpc::Status s) {
+      p->done = nowNs();
+      p->ok = s.ok();
+      std::lock_guard<std::mutex> lock(mu);
+      if (--left == 0) cv.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return left == 0; });
+  for (auto& c : calls) {
+    if (!c->ok) return 1;
+    std::printf("%lld %lld\n", c->start, c->done);
+  }
+  return 0;
+}
+
+// Spawns the client processes and returns max(done) - min(start) in ms, or -1.
+double collect(const std::vector<pid_t>& pids, const std::vector<std::string>& outs) {
+  long long first = LLONG_MAX, last = 0;
+  size_t agents = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    std::ifstream in(outs[i]);
+    for (long long s, d; in >> s >> d;) {
+      first = std::min(first, s);
+      last = std::max(last, d);
+      ++agents;
+    }
+  }
+  return agents == 0 ? -1 : (last - first) / 1e6;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rdzv_bench: agents joining one round, muster vs torch's c10d rendezvous"};
+  std::string childTarget, run;
+  int nodes = 0, first = 0, count = 0, procs = 4, torchAgents = 32, torchProcs = 4;
+  std::vector<int> sizes{64, 512, 2048, 4096};
+  app.add_option("--child", childTarget)->group("");
+  app.add_option("--run", run)->group("");
+  app.add_option("--nodes", nodes)->group("");
+  app.add_option("--first", first)->group("");
+  app.add_option("--count", count)->group("");
+  app.add_option("--sizes", sizes, "agent counts")->delimiter(',');
+  app.add_option("--procs", procs, "client processes")->capture_default_str();
+  app.add_option("--torch-agents", torchAgents, "agents for torch's rendezvous")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  muster::log::setLevel("warn");
+  if (!childTarget.empty()) return child(childTarget, run, nodes, first, count);
+
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  fs::path dir = fs::temp_directory_path() / fmt::format("muster-rdzv-bench-{}", getpid());
+  fs::create_directories(dir);
+  muster::rendezvous::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.announce = false;
+  auto server = muster::rendezvous::StoreServer::start(so);
+  std::string target = (*server)->address();
+  std::printf("rendezvous benchmark: agents joining one round, %u cores, %d client processes\n",
+              std::thread::hardware_concurrency(), procs);
+  std::printf("%8s %18s\n", "agents", "muster ms");
+  std::fflush(stdout);
+  for (int n : sizes) {
+    std::vector<pid_t> pids;
+    std::vector<std::string> outs;
+    std::string runId = fmt::format("bench-{}", n);
+    for (int p = 0; p < procs; ++p) {
+      int lo = n * p / procs, hi = n * (p + 1) / procs;
+      outs.push_back((dir / fmt::format("{}-{}", runId, p)).string());
+      pids.push_back(spawn({self, "--child", target, "--run", runId, "--nodes", std::to_string(n), "--first",
+                            std::to_string(lo), "--count", std::to_string(hi - lo)},
+                           outs.back()));
+    }
+    std::printf("%8d %18.1f\n", n, collect(pids, outs));
+    std::fflush(stdout);
+  }
+
+  // torch's own c10d rendezvous, Python, over a TCPStore: as many agents as this machine holds.
+  c10d::TCPStoreOptions to;
+  to.port = 0;
+  to.isServer = true;
+  to.waitWorkers = false;
+  c10d::TCPStore tcp("127.0.0.1", to);
+  std::vector<pid_t> pids;
+  std::vector<std::string> outs;
+  std::string script = std::string(MUSTER_SOURCE_DIR_DEFAULT) + "/tests/bench/torch_rdzv.py";
+  for (int p = 0; p < torchProcs; ++p) {
+    outs.push_back((dir / fmt::format("torch-{}", p)).string());
+    pids.push_back(spawn({"/usr/bin/python3", script, "127.0.0.1", std::to_string(tcp.getPort()), "torchbench",
+                          std::to_string(torchAgents), std::to_string(torchAgents / torchProcs)},
+                         outs.back()));
+  }
+  double torchMs = collect(pids, outs);
+  std::printf("torch DynamicRendezvousHandler (c10d backend, TCPStore), %d agents in %d processes: %.1f ms "
+              "(includes its 1 s last call, set as low as it goes here)\n",
+              torchAgents, torchProcs, torchMs);
+  fs::remove_all(dir);
+  return 0;
+}
