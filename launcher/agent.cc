@@ -418,6 +418,10 @@ void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
   remoteWhy_ = e.message().empty() ? fmt::format("node {} ended the round", e.host()) : e.message();
   if (e.kind() == K::NODE_FAILED) remoteWhy_ = fmt::format("node {} (group rank {}) failed: {}", e.host(), e.group_rank(), e.message());
   if (stopping_ == Stopping::kFailure) return;  // our own failure is being handled
+  stopForRemote();
+}
+
+void Agent::stopForRemote() {
   if (localDone_ || (group_ && group_->settled())) {
     stopping_ = Stopping::kRemote;
     onRoundSettled();
@@ -434,16 +438,7 @@ void Agent::onRemoteError(const std::string& why) {
   if (stopping_ == Stopping::kDone) return;
   remote_ = Remote::kGone;
   remoteWhy_ = why;
-  if (localDone_ || (group_ && group_->settled())) {
-    stopping_ = Stopping::kRemote;
-    onRoundSettled();
-    return;
-  }
-  if (stopping_ == Stopping::kNo) {
-    stopping_ = Stopping::kRemote;
-    stopStarted_ = std::chrono::steady_clock::now();
-    stopGroup(SIGTERM, why);
-  }
+  stopForRemote();
 }
 
 std::vector<WorkerSpec> Agent::roundSpecs() {

@@ -51,6 +51,9 @@ class Agent {
   void onJoined(absl::StatusOr<muster::v1::Assignment> result);
   void onRemoteEvent(const muster::v1::RoundEvent& event);
   void onRemoteError(const std::string& why);
+  // Stops the group because of another node (or the service gone), or decides at once when
+  // nothing runs here.
+  void stopForRemote();
   void report(bool succeeded, const std::string& message);
   std::vector<WorkerSpec> roundSpecs();
   void onWorkerExit(const WorkerState& worker);

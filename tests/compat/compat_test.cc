@@ -15,6 +15,7 @@ namespace {
 
 using testing::buildDir;
 using testing::Child;
+using testing::freePort;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -24,18 +25,6 @@ constexpr char kPython[] = "/usr/bin/python3";
 std::string source(const std::string& rel) {
   const char* dir = std::getenv("MUSTER_SOURCE_DIR");
   return (fs::path(dir ? dir : MUSTER_SOURCE_DIR_DEFAULT) / rel).string();
-}
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 class Compat : public ::testing::Test {

@@ -19,6 +19,7 @@ namespace {
 
 using testing::buildDir;
 using testing::Child;
+using testing::freePort;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
@@ -26,18 +27,6 @@ constexpr milliseconds kRun{30000};
 
 std::string launchPath() { return buildDir() + "/launcher/launch"; }
 std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 bool processExists(pid_t pid) {
   // A zombie has exited: it counts as gone.

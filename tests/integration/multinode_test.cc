@@ -18,21 +18,10 @@ namespace {
 
 using testing::buildDir;
 using testing::Child;
+using testing::freePort;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 constexpr milliseconds kRun{120000};
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class MultiNode : public ::testing::Test {
  protected:

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -32,6 +34,19 @@ inline std::string buildDir() {
     if (std::filesystem::exists(path / "CMakeCache.txt")) return path.string();
   }
   return ".";
+}
+
+// A free TCP port on loopback (bound and released: free at the moment of asking).
+inline int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 // A child's exit: code >= 0 when it exited, signal > 0 when a signal ended it.
