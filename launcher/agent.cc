@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "absl/strings/str_split.h"
 #include "rendezvous/local_store.h"
+#include "rendezvous/store_client.h"
 
 namespace muster::launcher {
 namespace asio = boost::asio;
@@ -380,6 +381,13 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}:{}", round_,
                  groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
                  masterAddr_, masterPort_);
+  auto shared = checkSharedDir();
+  if (!shared.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(shared.message()).c_str());
+    report(false, std::string(shared.message()));
+    finish(1);
+    return;
+  }
   auto status = startRound();
   if (!status.ok()) {
     std::fprintf(stderr, "launch: %s\n", std::string(status.message()).c_str());
@@ -390,6 +398,44 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
                [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
                [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
+}
+
+absl::Status Agent::checkSharedDir() {
+  // Group rank 0 writes a probe file into the shared directory; every node must read it back.
+  // A "shared" directory that is in fact local to each node fails here, before any worker runs.
+  rendezvous::ClientOptions options{.target = endpoint_, .ns = fmt::format("{}/{}/probe", runId_, round_),
+                                    .token = storeToken_};
+  auto store = rendezvous::StoreClient::connect(options, deadlineAfter(joinTimeout_));
+  if (!store.ok()) return store.status();
+  fs::path probe = fs::path(sharedDir_) / jobId_ / fmt::format(".node-probe-{}", round_);
+  Deadline deadline = deadlineAfter(joinTimeout_);
+  if (groupRank_ == 0) {
+    std::string nonce = randomHex(8);
+    std::error_code ec;
+    fs::create_directories(probe.parent_path(), ec);
+    std::ofstream(probe) << nonce;
+    if (auto s = (*store)->set("nonce", nonce); !s.ok()) return s;
+  }
+  auto nonce = (*store)->get("nonce", deadline);
+  if (!nonce.ok()) return nonce.status();
+  std::ifstream in(probe);
+  std::string seen((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (auto s = (*store)->set(fmt::format("node/{}", groupRank_), seen == *nonce ? "ok" : nodeHost_); !s.ok()) return s;
+  std::vector<std::string> keys;
+  for (int n = 0; n < groupWorldSize_; ++n) keys.push_back(fmt::format("node/{}", n));
+  auto answers = (*store)->multiGet(keys, deadline);
+  if (!answers.ok()) return answers.status();
+  std::string blind;
+  for (int n = 0; n < groupWorldSize_; ++n) {
+    if ((*answers)[n] != "ok") blind += fmt::format("{}node {} ({})", blind.empty() ? "" : ", ", n, (*answers)[n]);
+  }
+  if ((*store)->add("done", 1).value_or(0) == groupWorldSize_) fs::remove(probe);
+  if (!blind.empty()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "--shared_dir={} is not shared: {} cannot see {} written by node 0; give every node a path on "
+        "one shared filesystem (NFS)", sharedDir_, blind, probe.string()));
+  }
+  return absl::OkStatus();
 }
 
 void Agent::report(bool succeeded, const std::string& message) {

@@ -55,6 +55,8 @@ class Agent {
   // nothing runs here.
   void stopForRemote();
   void report(bool succeeded, const std::string& message);
+  // Multi-node: every node must see a file node 0 writes in --shared_dir.
+  absl::Status checkSharedDir();
   std::vector<WorkerSpec> roundSpecs();
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);

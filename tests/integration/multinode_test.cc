@@ -105,6 +105,23 @@ TEST_F(MultiNode, StaticTwoNodesWithDifferentProcessCounts) {
   EXPECT_NE(env(0, 0)["MASTER_PORT"], std::to_string(port_)) << "the workers' store gets a port of its own";
 }
 
+TEST_F(MultiNode, SharedDirThatIsLocalToEachNodeIsCaughtBeforeWorkersStart) {
+  std::string w = script("echo ran > " + (dir_ / "ran_").string() + "$RANK\n");
+  fs::create_directories(dir_ / "local0");
+  fs::create_directories(dir_ / "local1");
+  auto fa = staticFlags(2, 0, 1), fb = staticFlags(2, 1, 1);
+  fa.insert(fa.end(), {"--shared_dir", (dir_ / "local0").string()});  // the later flag wins
+  fb.insert(fb.end(), {"--shared_dir", (dir_ / "local1").string()});
+  auto a = node(fa, w);
+  auto b = node(fb, w);
+  EXPECT_EQ(a->wait(kRun)->code, 1);
+  EXPECT_EQ(b->wait(kRun)->code, 1);
+  EXPECT_NE(b->stderrText().find("is not shared: node 1 (127.0.0.1) cannot see"), std::string::npos)
+      << b->stderrText();
+  EXPECT_FALSE(fs::exists(dir_ / "ran_0")) << "no worker may start";
+  EXPECT_FALSE(fs::exists(dir_ / "ran_1"));
+}
+
 TEST_F(MultiNode, StaticThreeNodes) {
   std::string w = recorder();
   std::vector<std::unique_ptr<Child>> nodes;
