@@ -381,6 +381,10 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}:{}", round_,
                  groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
                  masterAddr_, masterPort_);
+  // Watch before the workers start, so that losing this node is seen through its watch at once.
+  rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
+               [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
+               [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
   auto shared = checkSharedDir();
   if (!shared.ok()) {
     std::fprintf(stderr, "launch: %s\n", std::string(shared.message()).c_str());
@@ -395,9 +399,6 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
     finish(1);
     return;
   }
-  rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
-               [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
-               [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
 }
 
 absl::Status Agent::checkSharedDir() {

@@ -158,8 +158,9 @@ TEST_F(MultiNode, KilledAgentIsDetectedWithinTheKeepAliveTimeout) {
   auto ea = a->wait(kRun);
   auto detected = std::chrono::steady_clock::now() - killed;
   EXPECT_EQ(ea->code, 1);
-  // keep_alive_interval x keep_alive_max_attempt = 2 s; a vanished agent is seen at once.
-  EXPECT_LT(detected, std::chrono::seconds(2)) << "detected after "
+  // Within keep_alive_interval x keep_alive_max_attempt = 2 s (plus the timer's granularity);
+  // usually at once, when the agent's watch stream drops with its process.
+  EXPECT_LT(detected, std::chrono::milliseconds(2500)) << "detected after "
       << std::chrono::duration_cast<milliseconds>(detected).count() << " ms";
   EXPECT_NE(a->stderrText().find("(group rank 1) was lost"), std::string::npos) << a->stderrText();
 }
