@@ -162,10 +162,7 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
   base.set_round(run.round);
   base.set_group_world_size(static_cast<int>(joined.size()));
   int world = 0;
-  for (const auto& p : joined) {
-    *base.add_nodes() = p.node;
-    world += p.node.local_world_size();
-  }
+  for (const auto& p : joined) world += p.node.local_world_size();
   base.set_world_size(world);
   base.set_master_addr(joined.front().node.host());
   base.set_master_port(joined.front().node.master_port());
