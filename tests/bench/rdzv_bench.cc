@@ -1,8 +1,8 @@
 // Rendezvous benchmark: N simulated agents (concurrent Join calls from a few client
 // processes, gRPC's async API) join one round on one service: the time from the first join to
-// every agent knowing its rank, for N = 64 .. 4096; and, in the same run, torch's own c10d
-// rendezvous (DynamicRendezvousHandler over TCPStore, Python) with as many agents as this
-// machine holds. (Failure detection is asserted by tests/integration/multinode_test.)
+// every agent knowing its rank, for N = 64 .. 4096; failure-detection latency (an agent killed,
+// an agent silenced); and, in the same run, torch's own c10d rendezvous
+// (DynamicRendezvousHandler over TCPStore, Python) with as many agents as this machine holds.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -118,6 +118,72 @@ double collect(const std::vector<pid_t>& pids, const std::vector<std::string>& o
   return agents == 0 ? -1 : (last - first) / 1e6;
 }
 
+pb::JoinRequest pairJoin(const std::string& run, const std::string& node) {
+  pb::JoinRequest req;
+  req.set_run_id(run);
+  req.set_min_nodes(2);
+  req.set_max_nodes(2);
+  req.set_join_timeout_ms(30000);
+  req.set_keep_alive_ms(2000);  // keep_alive_interval 0.5 s x 4 attempts
+  req.mutable_node()->set_node_id(node);
+  req.mutable_node()->set_host("127.0.0.1");
+  req.mutable_node()->set_local_world_size(1);
+  req.mutable_node()->set_wanted_rank(-1);
+  return req;
+}
+
+// A victim agent (a process of its own, exec'd, not forked): joins, watches, heartbeats, and
+// says "ready" once its watch is open; then waits to be killed or stopped.
+int victim(const std::string& target, const std::string& run) {
+  muster::rendezvous::RendezvousClient me(target, "");
+  auto a = me.join(pairJoin(run, "victim"), muster::deadlineAfter(muster::Millis(30000)));
+  if (!a.ok()) return 1;
+  me.watch(run, "victim", a->round(), muster::Millis(500), muster::Millis(60000), [](const pb::RoundEvent&) {},
+           [](const std::string&) {});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the watch call reaches the service
+  std::printf("ready\n");
+  std::fflush(stdout);
+  pause();
+  return 0;
+}
+
+// Milliseconds from striking the victim (SIGKILL or SIGSTOP) to the other agent learning the
+// round's end through its watch.
+double detection(const std::string& self, const std::string& target, int signal, const fs::path& dir) {
+  std::string run = fmt::format("detect-{}", signal);
+  std::string out = (dir / run).string();
+  pid_t pid = spawn({self, "--victim", target, "--run", run}, out);
+  muster::rendezvous::RendezvousClient watcher(target, "");
+  auto a = watcher.join(pairJoin(run, "watcher"), muster::deadlineAfter(muster::Millis(30000)));
+  if (!a.ok()) return -1;
+  std::mutex mu;
+  std::condition_variable cv;
+  long long seen = 0;
+  watcher.watch(run, "watcher", a->round(), muster::Millis(500), muster::Millis(60000),
+                [&](const pb::RoundEvent&) {
+                  std::lock_guard<std::mutex> l(mu);
+                  seen = nowNs();
+                  cv.notify_all();
+                },
+                [](const std::string&) {});
+  for (int i = 0; i < 3000; ++i) {  // wait for the victim's "ready" (bounded)
+    std::ifstream in(out);
+    std::string word;
+    if (in >> word && word == "ready") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  long long struck = nowNs();
+  kill(pid, signal);
+  std::unique_lock<std::mutex> l(mu);
+  cv.wait_for(l, std::chrono::seconds(10), [&] { return seen != 0; });
+  long long at = seen;
+  l.unlock();
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  watcher.stopWatch();
+  return at ? (at - struck) / 1e6 : -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,6 +192,8 @@ int main(int argc, char** argv) {
   int nodes = 0, first = 0, count = 0, procs = 4, torchAgents = 32, torchProcs = 4;
   std::vector<int> sizes{64, 512, 2048, 4096};
   app.add_option("--child", childTarget)->group("");
+  std::string victimTarget;
+  app.add_option("--victim", victimTarget)->group("");
   app.add_option("--run", run)->group("");
   app.add_option("--nodes", nodes)->group("");
   app.add_option("--first", first)->group("");
@@ -136,6 +204,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
   if (!childTarget.empty()) return child(childTarget, run, nodes, first, count);
+  if (!victimTarget.empty()) return victim(victimTarget, run);
 
   std::string self = fs::read_symlink("/proc/self/exe").string();
   fs::path dir = fs::temp_directory_path() / fmt::format("muster-rdzv-bench-{}", getpid());
@@ -164,6 +233,13 @@ int main(int argc, char** argv) {
     std::printf("%8d %18.1f\n", n, collect(pids, outs));
     std::fflush(stdout);
   }
+
+  double killed = detection(self, target, SIGKILL, dir);
+  double silenced = detection(self, target, SIGSTOP, dir);
+  std::printf("failure detection: agent killed %.1f ms (its connection closes); agent silenced "
+              "(SIGSTOP) %.1f ms (keep-alive timeout 2000 ms, counted from its last heartbeat)\n",
+              killed, silenced);
+  std::fflush(stdout);
 
   // torch's own c10d rendezvous, Python, over a TCPStore: as many agents as this machine holds.
   c10d::TCPStoreOptions to;
