@@ -395,151 +395,151 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   return r;
 }
 
-absl::StatusOr<std::vector<SharedDirChannel::Received>> SharedDirChannel::collect(
-    const std::vector<std::string>& names, const std::vector<int>& srcs) {
-  std::vector<Received> out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto r = fetch(names[i], srcs[i]);
-    if (!r.ok()) return r.status();
-    out.push_back(std::move(*r));
+// The five transfer patterns, on payloads; `stream` keeps tensor and byte transfers apart.
+
+absl::Status SharedDirChannel::sendPayload(const Payload& p, int dst, int tag, const char* stream) {
+  if (dst < 0 || dst >= env_.worldSize) {
+    return absl::InvalidArgumentError(fmt::format("send to rank {} of {}", dst, env_.worldSize));
+  }
+  return publish(nextName(fmt::format("{}.{}.{}.{}", stream, env_.rank, dst, tag), 's'), p, 1);
+}
+
+absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::recvPayload(int src, int tag, const char* stream) {
+  if (src < 0 || src >= env_.worldSize) {
+    return absl::InvalidArgumentError(fmt::format("recv from rank {} of {}", src, env_.worldSize));
+  }
+  return fetch(nextName(fmt::format("{}.{}.{}.{}", stream, src, env_.rank, tag), 'r'), src);
+}
+
+absl::StatusOr<std::optional<SharedDirChannel::Received>> SharedDirChannel::broadcastPayload(
+    const Payload& p, int root, int tag, const char* stream) {
+  std::string name = nextName(fmt::format("{}.{}.{}", stream, root, tag));
+  if (env_.rank == root) {
+    if (env_.worldSize > 1) {
+      if (auto s = publish(name, p, env_.worldSize - 1); !s.ok()) return s;
+    }
+    return std::optional<Received>();  // the root keeps its own
+  }
+  auto r = fetch(name, root);
+  if (!r.ok()) return r.status();
+  return std::optional<Received>(std::move(*r));
+}
+
+absl::StatusOr<std::vector<std::optional<SharedDirChannel::Received>>> SharedDirChannel::gatherPayload(
+    const Payload& p, int root, int tag, const char* stream) {
+  std::string base = nextName(fmt::format("{}.{}.{}", stream, root, tag));
+  std::vector<std::optional<Received>> out;
+  if (env_.rank != root) {
+    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), p, 1); !s.ok()) return s;
+    return out;
+  }
+  out.resize(static_cast<size_t>(env_.worldSize));
+  for (int r = 0; r < env_.worldSize; ++r) {
+    if (r == root) continue;  // empty: the root's own
+    auto got = fetch(fmt::format("{}.from{}", base, r), r);
+    if (!got.ok()) return got.status();
+    out[static_cast<size_t>(r)] = std::move(*got);
   }
   return out;
 }
 
-absl::Status SharedDirChannel::send(const at::Tensor& tensor, int dst, int tag) {
-  if (dst < 0 || dst >= env_.worldSize) {
-    return absl::InvalidArgumentError(fmt::format("send to rank {} of {}", dst, env_.worldSize));
+absl::StatusOr<std::vector<std::optional<SharedDirChannel::Received>>> SharedDirChannel::allGatherPayload(
+    const Payload& p, int tag, const char* stream) {
+  std::string base = nextName(fmt::format("{}.{}", stream, tag));
+  if (env_.worldSize > 1) {
+    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), p, env_.worldSize - 1); !s.ok()) return s;
   }
+  std::vector<std::optional<Received>> out(static_cast<size_t>(env_.worldSize));
+  for (int r = 0; r < env_.worldSize; ++r) {
+    if (r == env_.rank) continue;  // empty: this rank's own
+    auto got = fetch(fmt::format("{}.from{}", base, r), r);
+    if (!got.ok()) return got.status();
+    out[static_cast<size_t>(r)] = std::move(*got);
+  }
+  return out;
+}
+
+namespace {
+
+// Received payloads as tensors or strings; an empty slot is the caller's own value.
+template <typename T, typename Own>
+std::vector<T> unpack(std::vector<std::optional<SharedDirChannel::Received>>& got, const Own& own);
+
+template <>
+std::vector<at::Tensor> unpack(std::vector<std::optional<SharedDirChannel::Received>>& got, const at::Tensor& own) {
+  std::vector<at::Tensor> out;
+  for (auto& r : got) out.push_back(r ? r->tensor() : own);
+  return out;
+}
+
+template <>
+std::vector<std::string> unpack(std::vector<std::optional<SharedDirChannel::Received>>& got,
+                                const std::string_view& own) {
+  std::vector<std::string> out;
+  for (auto& r : got) out.push_back(r ? r->text() : std::string(own));
+  return out;
+}
+
+}  // namespace
+
+absl::Status SharedDirChannel::send(const at::Tensor& tensor, int dst, int tag) {
   at::Tensor c = tensor.contiguous().cpu();
-  return publish(nextName(fmt::format("p2p.{}.{}.{}", env_.rank, dst, tag), 's'), Payload::ofTensor(c), 1);
+  return sendPayload(Payload::ofTensor(c), dst, tag, "p2p");
 }
 
 absl::StatusOr<at::Tensor> SharedDirChannel::recv(int src, int tag) {
-  if (src < 0 || src >= env_.worldSize) {
-    return absl::InvalidArgumentError(fmt::format("recv from rank {} of {}", src, env_.worldSize));
-  }
-  auto r = fetch(nextName(fmt::format("p2p.{}.{}.{}", src, env_.rank, tag), 'r'), src);
+  auto r = recvPayload(src, tag, "p2p");
   if (!r.ok()) return r.status();
   return r->tensor();
 }
 
 absl::Status SharedDirChannel::sendBytes(std::string_view bytes, int dst, int tag) {
-  if (dst < 0 || dst >= env_.worldSize) {
-    return absl::InvalidArgumentError(fmt::format("send to rank {} of {}", dst, env_.worldSize));
-  }
-  return publish(nextName(fmt::format("p2pb.{}.{}.{}", env_.rank, dst, tag), 's'), Payload::ofBytes(bytes), 1);
+  return sendPayload(Payload::ofBytes(bytes), dst, tag, "p2pb");
 }
 
 absl::StatusOr<std::string> SharedDirChannel::recvBytes(int src, int tag) {
-  if (src < 0 || src >= env_.worldSize) {
-    return absl::InvalidArgumentError(fmt::format("recv from rank {} of {}", src, env_.worldSize));
-  }
-  auto r = fetch(nextName(fmt::format("p2pb.{}.{}.{}", src, env_.rank, tag), 'r'), src);
+  auto r = recvPayload(src, tag, "p2pb");
   if (!r.ok()) return r.status();
   return r->text();
 }
 
 absl::StatusOr<at::Tensor> SharedDirChannel::broadcast(const at::Tensor& tensor, int root, int tag) {
-  std::string name = nextName(fmt::format("bcast.{}.{}", root, tag));
-  if (env_.rank == root) {
-    if (env_.worldSize > 1) {
-      at::Tensor c = tensor.contiguous().cpu();
-      if (auto s = publish(name, Payload::ofTensor(c), env_.worldSize - 1); !s.ok()) return s;
-    }
-    return tensor;
-  }
-  auto r = fetch(name, root);
+  at::Tensor c = env_.rank == root ? tensor.contiguous().cpu() : at::Tensor();
+  auto r = broadcastPayload(env_.rank == root ? Payload::ofTensor(c) : Payload(), root, tag, "bcast");
   if (!r.ok()) return r.status();
-  return r->tensor();
+  return *r ? (*r)->tensor() : tensor;
 }
 
 absl::StatusOr<std::string> SharedDirChannel::broadcastBytes(std::string_view bytes, int root, int tag) {
-  std::string name = nextName(fmt::format("bcastb.{}.{}", root, tag));
-  if (env_.rank == root) {
-    if (env_.worldSize > 1) {
-      if (auto s = publish(name, Payload::ofBytes(bytes), env_.worldSize - 1); !s.ok()) return s;
-    }
-    return std::string(bytes);
-  }
-  auto r = fetch(name, root);
+  auto r = broadcastPayload(Payload::ofBytes(bytes), root, tag, "bcastb");
   if (!r.ok()) return r.status();
-  return r->text();
+  return *r ? (*r)->text() : std::string(bytes);
 }
 
 absl::StatusOr<std::vector<at::Tensor>> SharedDirChannel::gather(const at::Tensor& tensor, int root, int tag) {
-  std::string base = nextName(fmt::format("gather.{}.{}", root, tag));
-  if (env_.rank != root) {
-    at::Tensor c = tensor.contiguous().cpu();
-    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), Payload::ofTensor(c), 1); !s.ok()) return s;
-    return std::vector<at::Tensor>{};
-  }
-  std::vector<at::Tensor> out(env_.worldSize);
-  for (int r = 0; r < env_.worldSize; ++r) {
-    if (r == root) {
-      out[r] = tensor;
-      continue;
-    }
-    auto got = fetch(fmt::format("{}.from{}", base, r), r);
-    if (!got.ok()) return got.status();
-    out[r] = got->tensor();
-  }
-  return out;
+  at::Tensor c = tensor.contiguous().cpu();
+  auto got = gatherPayload(Payload::ofTensor(c), root, tag, "gather");
+  if (!got.ok()) return got.status();
+  return unpack<at::Tensor>(*got, tensor);
 }
 
 absl::StatusOr<std::vector<std::string>> SharedDirChannel::gatherBytes(std::string_view bytes, int root, int tag) {
-  std::string base = nextName(fmt::format("gatherb.{}.{}", root, tag));
-  if (env_.rank != root) {
-    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), Payload::ofBytes(bytes), 1); !s.ok()) return s;
-    return std::vector<std::string>{};
-  }
-  std::vector<std::string> out(env_.worldSize);
-  for (int r = 0; r < env_.worldSize; ++r) {
-    if (r == root) {
-      out[r] = std::string(bytes);
-      continue;
-    }
-    auto got = fetch(fmt::format("{}.from{}", base, r), r);
-    if (!got.ok()) return got.status();
-    out[r] = got->text();
-  }
-  return out;
+  auto got = gatherPayload(Payload::ofBytes(bytes), root, tag, "gatherb");
+  if (!got.ok()) return got.status();
+  return unpack<std::string>(*got, bytes);
 }
 
 absl::StatusOr<std::vector<at::Tensor>> SharedDirChannel::allGather(const at::Tensor& tensor, int tag) {
-  std::string base = nextName(fmt::format("allgather.{}", tag));
-  if (env_.worldSize > 1) {
-    at::Tensor c = tensor.contiguous().cpu();
-    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), Payload::ofTensor(c), env_.worldSize - 1); !s.ok()) return s;
-  }
-  std::vector<at::Tensor> out(env_.worldSize);
-  for (int r = 0; r < env_.worldSize; ++r) {
-    if (r == env_.rank) {
-      out[r] = tensor;
-      continue;
-    }
-    auto got = fetch(fmt::format("{}.from{}", base, r), r);
-    if (!got.ok()) return got.status();
-    out[r] = got->tensor();
-  }
-  return out;
+  at::Tensor c = tensor.contiguous().cpu();
+  auto got = allGatherPayload(Payload::ofTensor(c), tag, "allgather");
+  if (!got.ok()) return got.status();
+  return unpack<at::Tensor>(*got, tensor);
 }
 
 absl::StatusOr<std::vector<std::string>> SharedDirChannel::allGatherBytes(std::string_view bytes, int tag) {
-  std::string base = nextName(fmt::format("allgatherb.{}", tag));
-  if (env_.worldSize > 1) {
-    if (auto s = publish(fmt::format("{}.from{}", base, env_.rank), Payload::ofBytes(bytes), env_.worldSize - 1); !s.ok()) return s;
-  }
-  std::vector<std::string> out(env_.worldSize);
-  for (int r = 0; r < env_.worldSize; ++r) {
-    if (r == env_.rank) {
-      out[r] = std::string(bytes);
-      continue;
-    }
-    auto got = fetch(fmt::format("{}.from{}", base, r), r);
-    if (!got.ok()) return got.status();
-    out[r] = got->text();
-  }
-  return out;
+  auto got = allGatherPayload(Payload::ofBytes(bytes), tag, "allgatherb");
+  if (!got.ok()) return got.status();
+  return unpack<std::string>(*got, bytes);
 }
 
 }  // namespace muster::worker

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -77,8 +78,15 @@ class SharedDirChannel {
   std::string nextName(const std::string& stream, char direction = 'c');
   absl::Status publish(const std::string& name, const Payload& payload, int receivers);
   absl::StatusOr<Received> fetch(const std::string& name, int src);
-  absl::StatusOr<std::vector<Received>> collect(const std::vector<std::string>& names,
-                                                const std::vector<int>& srcs);
+  absl::Status sendPayload(const Payload& p, int dst, int tag, const char* stream);
+  absl::StatusOr<Received> recvPayload(int src, int tag, const char* stream);
+  // The root gets an empty optional (it keeps its own); the others root's payload.
+  absl::StatusOr<std::optional<Received>> broadcastPayload(const Payload& p, int root, int tag, const char* stream);
+  // Slots in rank order; the caller's own slot is empty. gather: empty vector off the root.
+  absl::StatusOr<std::vector<std::optional<Received>>> gatherPayload(const Payload& p, int root, int tag,
+                                                                     const char* stream);
+  absl::StatusOr<std::vector<std::optional<Received>>> allGatherPayload(const Payload& p, int tag,
+                                                                        const char* stream);
 
   WorkerEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;
