@@ -133,9 +133,7 @@ RendezvousService::RendezvousService(std::string token)
 RendezvousService::~RendezvousService() { state_->shutdown(); }
 
 bool RendezvousService::authorized(grpc::CallbackServerContext* context) const {
-  if (token_.empty()) return true;
-  auto it = context->client_metadata().find(kTokenMetadataKey);
-  return it != context->client_metadata().end() && it->second == token_;
+  return hasToken(context, token_);
 }
 
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,

@@ -10,6 +10,7 @@
 
 #include "common/files.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "muster/v1/rendezvous.grpc.pb.h"
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
@@ -248,6 +249,27 @@ TEST(StoreServer, TokenIsRequiredWhenConfigured) {
   auto status = stub->Call(&context, getRequest(1, "k", 100), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_GE(server->service().rejectedRequests(), 3u);
+}
+
+TEST(StoreServer, RendezvousBesideTheStoreAsksForTheSameToken) {
+  ServerOptions options;
+  options.token = "s3cret";
+  auto server = startServer(options);
+  auto stub = pb::Rendezvous::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  pb::HeartbeatRequest request;
+  request.set_run_id("job");
+  request.set_node_id("n");
+  pb::HeartbeatResponse response;
+  grpc::ClientContext anonymous;
+  EXPECT_EQ(stub->Heartbeat(&anonymous, request, &response).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext wrong;
+  wrong.AddMetadata(kTokenMetadataKey, "s3cre7");
+  EXPECT_EQ(stub->Heartbeat(&wrong, request, &response).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext member;
+  member.AddMetadata(kTokenMetadataKey, "s3cret");
+  // Admitted: the service answers for itself (there is no such run yet).
+  EXPECT_EQ(stub->Heartbeat(&member, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST(StoreServer, WithoutTokenAnyClientIsServed) {

@@ -20,10 +20,6 @@ auto logger() {
 // Answers a session may hold unwritten (its client reads too slowly or not at all).
 constexpr size_t kMaxUnreadAnswers = 65536;
 
-bool tokensEqual(const std::string& expected, grpc::string_ref given) {
-  if (given.size() != expected.size()) return false;
-  return CRYPTO_memcmp(expected.data(), given.data(), expected.size()) == 0;
-}
 
 // A unary call. The completion and OnCancel race for a parked operation; MemoryStore::cancel
 // decides which of them finishes the call.
@@ -230,11 +226,16 @@ StoreService::StoreService(std::shared_ptr<MemoryStore> memory, std::string toke
 
 StoreService::~StoreService() = default;
 
-bool StoreService::authorized(grpc::CallbackServerContext* context) {
-  if (token_.empty()) return true;
+bool hasToken(const grpc::CallbackServerContext* context, const std::string& token) {
+  if (token.empty()) return true;
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(kTokenMetadataKey);
-  if (it != metadata.end() && tokensEqual(token_, it->second)) return true;
+  return it != metadata.end() && it->second.size() == token.size() &&
+         CRYPTO_memcmp(token.data(), it->second.data(), token.size()) == 0;
+}
+
+bool StoreService::authorized(grpc::CallbackServerContext* context) {
+  if (hasToken(context, token_)) return true;
   uint64_t count = ++rejected_;
   // One line per rejection, but at most one a second: a stray client must not flood the log.
   int64_t now = std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();

@@ -17,6 +17,10 @@ namespace muster::rendezvous {
 // Metadata key that carries the shared token.
 inline constexpr char kTokenMetadataKey[] = "x-muster-token";
 
+// Whether the call carries `token` (constant-time compare). An empty `token` admits every call.
+// The one check for every muster service on a server.
+bool hasToken(const grpc::CallbackServerContext* context, const std::string& token);
+
 // Thread-safety: gRPC calls it from its own threads; closeAll() may be called from any thread.
 // Lifetime: must outlive the grpc::Server it is registered with.
 class StoreService final : public pb::Store::CallbackService {
