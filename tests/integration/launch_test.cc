@@ -52,11 +52,7 @@ bool allGone(const std::vector<pid_t>& pids, milliseconds timeout = milliseconds
 class LaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-launch-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = muster::testing::freshTestDir("muster-launch");
     port_ = freePort();
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -236,7 +232,9 @@ TEST_F(LaunchTest, TorchrunErrorFileIsShownInTheReport) {
 }
 
 TEST_F(LaunchTest, KillMinusNineOfLaunchLeavesNoWorkerOrGrandchild) {
-  std::string body = "sleep 300 & echo $$ $! > " + (dir_ / "pid_").string() + "$RANK\nwait\n";
+  // Written under a temporary name and renamed: once the file exists, both pids are in it.
+  std::string pid = (dir_ / "pid_").string() + "$RANK";
+  std::string body = "sleep 300 & echo $$ $! > " + pid + ".tmp && mv " + pid + ".tmp " + pid + "\nwait\n";
   Child c(launch({"--nproc_per_node=3", script("tree.sh", body)}));
   ASSERT_TRUE(awaitFiles("pid_", 3));
   auto pids = pidsIn("pid_", 3);
