@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "rendezvous/local_store.h"
+#include "tests/support/child.h"
 #include "worker/c10d_store.h"
 
 namespace muster::worker {
@@ -21,11 +22,7 @@ namespace fs = std::filesystem;
 class ChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-chan-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = muster::testing::freshTestDir("muster-chan");
     memory_ = std::make_shared<rendezvous::MemoryStore>();
   }
   void TearDown() override {

@@ -30,10 +30,7 @@ std::string source(const std::string& rel) {
 class Compat : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-compat-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = muster::testing::freshTestDir("muster-compat");
     fs::create_directories(dir_ / "torch");
     fs::create_directories(dir_ / "muster");
   }

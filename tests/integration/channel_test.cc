@@ -23,11 +23,7 @@ std::string launchPath() { return buildDir() + "/launcher/launch"; }
 class Channel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-chanit-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = muster::testing::freshTestDir("muster-chanit");
   }
   void TearDown() override { fs::remove_all(dir_); }
   size_t entries(const fs::path& p) {

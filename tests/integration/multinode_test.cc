@@ -26,10 +26,7 @@ constexpr milliseconds kRun{120000};
 class MultiNode : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-mn-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = muster::testing::freshTestDir("muster-mn");
     fs::create_directories(dir_ / "shared");
     port_ = freePort();
   }

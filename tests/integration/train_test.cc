@@ -29,11 +29,7 @@ class Train : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(data_); }
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("muster-train-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = muster::testing::freshTestDir("muster-train");
   }
   void TearDown() override { fs::remove_all(dir_); }
 

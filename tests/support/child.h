@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -34,6 +36,16 @@ inline std::string buildDir() {
     if (std::filesystem::exists(path / "CMakeCache.txt")) return path.string();
   }
   return ".";
+}
+
+// An empty directory of this test's own: $TMPDIR/<prefix>-<pid>-<test name>, made anew.
+inline std::filesystem::path freshTestDir(const std::string& prefix) {
+  auto dir = std::filesystem::temp_directory_path() /
+             (prefix + "-" + std::to_string(getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 // A free TCP port on loopback (bound and released: free at the moment of asking).
