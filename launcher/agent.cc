@@ -797,6 +797,15 @@ void Agent::armSignals() {
     if (ec) return;
     if (sig == SIGCHLD) {
       if (group_) group_->reap();
+    } else if (sig == SIGUSR1 || sig == SIGUSR2) {
+      // Notices, not stops (Slurm's --signal=USR1@SECONDS before preemption or the time
+      // limit): pass them on and keep going; the workers decide (checkpoint, exit).
+      if (group_ && !group_->allExited()) {
+        logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
+        group_->signalAll(sig);
+      } else {
+        logger()->warn("launch got {} with no worker running; ignoring it", signalName(sig));
+      }
     } else if (stopping_ != Stopping::kDone) {
       if (stopping_ == Stopping::kSignal && sig == stopSignal_) {
         // A second Ctrl-C: do not wait out the grace period.
@@ -831,6 +840,8 @@ int Agent::run() {
   signals_.add(SIGTERM);
   signals_.add(SIGHUP);
   signals_.add(SIGQUIT);
+  signals_.add(SIGUSR1);
+  signals_.add(SIGUSR2);
   signals_.add(SIGCHLD);
   armSignals();
   auto prepared = prepare();

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/options.h"
+#include "launcher/slurm.h"
 
 extern char** environ;
 
@@ -31,6 +32,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "launch: --log_level=%s is invalid; expected trace, debug, info, warn, "
                  "error or off\n", options->logLevel.c_str());
     return 2;
+  }
+  if (!options->slurmJob.empty()) {
+    std::string took;
+    for (const auto& t : options->fromSlurm) took += " " + t;
+    if (options->masterAddrFromSlurm) {
+      std::string host = options->masterAddr;
+      options->masterAddr = muster::launcher::slurmNodeAddress(host);
+      if (options->masterAddr != host) took += " (" + host + "'s NodeAddr: " + options->masterAddr + ")";
+    }
+    muster::log::get("launch")->info(
+        "inside Slurm job {}: took{} from SLURM_* (flags given on the command line win)",
+        options->slurmJob, took.empty() ? " nothing" : took);
   }
   auto command = muster::launcher::workerCommand(*options, env);
   if (!command.ok()) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "launcher/slurm.h"
 
 namespace muster::launcher {
 namespace {
@@ -230,6 +231,14 @@ std::vector<Flag> flagTable() {
                "port on node 0 (default 29500; 0 picks a free one)"});
   t.push_back({{"--local_addr", "--local-addr"}, "PET_LOCAL_ADDR", true,
                str(&LaunchOptions::localAddr), "this node's address as the others reach it"});
+  t.push_back({{"--slurm"}, "MUSTER_SLURM", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 if (v != "auto" && v != "off") return bad("--slurm", v, "auto or off");
+                 o.slurm = v == "auto";
+                 return absl::OkStatus();
+               },
+               "auto (default): inside srun, absent --nnodes, --node_rank, --master_addr, "
+               "--master_port and --rdzv_id come from SLURM_*; off: ignore Slurm"});
   t.push_back({{"--use_env", "--use-env"}, "PET_USE_ENV", false, flag(&LaunchOptions::useEnv),
                "with --legacy_launch: do not append --local_rank"});
   t.push_back({{"--legacy_launch", "--legacy-launch"}, "MUSTER_LEGACY_LAUNCH", true,
@@ -359,10 +368,12 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
       if (isTrue(it->second)) {
         auto s = f.apply(o, it->second);
         if (!s.ok()) return s;
+        o.given.insert(f.names[0]);
       }
       continue;
     }
     auto s = f.apply(o, it->second);
+    o.given.insert(f.names[0]);
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           fmt::format("{} (from {}={})", std::string(s.message()), f.pet, it->second));
@@ -401,6 +412,7 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
     }
     auto s = f->apply(o, value);
     if (!s.ok()) return s;
+    o.given.insert(f->names[0]);
   }
   if (i >= args.size()) {
     return absl::InvalidArgumentError("no PROGRAM given (see launch --help)");
@@ -416,6 +428,16 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
   if (o.standalone) {
     o.rdzvBackend = "c10d";
     o.minNodes = o.maxNodes = 1;
+  }
+  if (o.slurm) {
+    auto step = slurmStepFromEnv(env);
+    if (!step.ok()) return step.status();
+    if (step->has_value()) {
+      auto took = applySlurmStep(o, **step);
+      if (!took.ok()) return took.status();
+      o.slurmJob = (*step)->jobId;
+      o.fromSlurm = *took;
+    }
   }
   if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster") {
     return absl::InvalidArgumentError(fmt::format(

@@ -58,6 +58,14 @@ struct LaunchOptions {
   double gracePeriodS = 30;  // SIGTERM -> SIGKILL
   std::string sharedDir;
   std::string logLevel;
+  bool slurm = true;  // --slurm=auto (default) or off
+
+  // Canonical names (e.g. "--nnodes") of the flags set on the command line or by PET_*.
+  std::set<std::string> given;
+  // Inside a Slurm step: the job id and the flags taken from it ("--nnodes=2", ...).
+  std::string slurmJob;
+  std::vector<std::string> fromSlurm;
+  bool masterAddrFromSlurm = false;  // masterAddr is a Slurm host name (see slurmNodeAddress)
 
   StdSpec redirectFor(int localRank) const;
   StdSpec teeFor(int localRank) const;

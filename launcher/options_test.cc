@@ -1,6 +1,7 @@
 // launch's flag parsing: both spellings, = and space, PET_* defaults, the program boundary,
 // torch.distributed.launch's switch, and one clear error for bad input.
 #include "launcher/options.h"
+#include "launcher/slurm.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -210,6 +211,107 @@ TEST_F(WorkerCommandTest, MissingOrNonExecutableProgramsAreErrors) {
   EXPECT_NE(commandError({dir_.string()}).find("directory"), std::string::npos);
   env_["PYTHON_EXEC"] = "no-such-python";
   EXPECT_NE(commandError({path("train.py")}).find("PYTHON_EXEC"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace muster::launcher
+
+namespace muster::launcher {
+namespace {
+
+// srun's variables for task `node` of a 2-node, 1-task-per-node step of job 4242.
+Env srunEnv(int node) {
+  return {{"SLURM_JOB_ID", "4242"},          {"SLURM_STEP_ID", "0"},
+          {"SLURM_NNODES", "2"},             {"SLURM_STEP_NUM_NODES", "2"},
+          {"SLURM_STEP_NUM_TASKS", "2"},     {"SLURM_NODEID", std::to_string(node)},
+          {"SLURM_JOB_NODELIST", "n[1-2]"},  {"SLURM_STEP_NODELIST", "n[1-2]"}};
+}
+
+TEST(Slurm, FirstHostOfAHostList) {
+  EXPECT_EQ(*firstSlurmHost("n1"), "n1");
+  EXPECT_EQ(*firstSlurmHost("n[1-2]"), "n1");
+  EXPECT_EQ(*firstSlurmHost("gpu[08-11,20],cpu3"), "gpu08");
+  EXPECT_EQ(*firstSlurmHost("rack[2,4]-node[003-004]"), "rack2-node003");
+  EXPECT_EQ(*firstSlurmHost("a-b,c[1-3]"), "a-b");
+  for (const char* bad : {"", "n[", "n[]", "n]1", "n[x-y]", ",n1"}) {
+    EXPECT_FALSE(firstSlurmHost(bad).ok()) << bad;
+  }
+}
+
+TEST(Slurm, InsideSrunTheAbsentFlagsComeFromTheStep) {
+  auto o = parse({"--nproc_per_node=2", "train.py"}, srunEnv(1));
+  EXPECT_EQ(o.minNodes, 2);
+  EXPECT_EQ(o.maxNodes, 2);
+  EXPECT_EQ(o.nodeRank, 1);
+  EXPECT_EQ(o.masterAddr, "n1");
+  EXPECT_TRUE(o.masterAddrFromSlurm);
+  EXPECT_EQ(o.masterPort, 29500 + 4242 % 1000);
+  EXPECT_EQ(o.rdzvId, "4242");
+  EXPECT_EQ(o.slurmJob, "4242");
+  EXPECT_EQ(o.fromSlurm.size(), 5u);
+}
+
+TEST(Slurm, FlagsGivenWin) {
+  auto env = srunEnv(1);
+  env["PET_MASTER_PORT"] = "1234";
+  auto o = parse({"--nnodes=2", "--node-rank=0", "--master_addr=10.1.2.3", "--rdzv_id=x", "p"}, env);
+  EXPECT_EQ(o.nodeRank, 0);
+  EXPECT_EQ(o.masterAddr, "10.1.2.3");
+  EXPECT_FALSE(o.masterAddrFromSlurm);
+  EXPECT_EQ(o.masterPort, 1234);
+  EXPECT_EQ(o.rdzvId, "x");
+  EXPECT_TRUE(o.fromSlurm.empty());
+}
+
+TEST(Slurm, OffIgnoresSlurmAndOutsideSlurmNothingChanges) {
+  auto o = parse({"--slurm=off", "p"}, srunEnv(1));
+  EXPECT_EQ(o.maxNodes, 1);
+  EXPECT_EQ(o.nodeRank, 0);
+  EXPECT_TRUE(o.slurmJob.empty());
+  auto off = parse({"p"}, {{"MUSTER_SLURM", "off"}, {"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "4"}});
+  EXPECT_EQ(off.maxNodes, 1);
+  auto outside = parse({"p"});
+  EXPECT_TRUE(outside.slurmJob.empty());
+  EXPECT_EQ(outside.masterPort, 29500);
+  EXPECT_NE(error({"--slurm=maybe", "p"}).find("--slurm=maybe is invalid"), std::string::npos);
+}
+
+TEST(Slurm, ElasticRendezvousTakesOnlyTheSizeAndId) {
+  auto o = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=head:29400", "p"}, srunEnv(1));
+  EXPECT_EQ(o.maxNodes, 2);
+  EXPECT_EQ(o.rdzvId, "4242");
+  EXPECT_EQ(o.nodeRank, 0);
+  EXPECT_EQ(o.masterAddr, "127.0.0.1");
+}
+
+TEST(Slurm, WrongUseIsOneClearLine) {
+  // The batch script's own shell of a 2-node job: no srun.
+  Env batch = {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+               {"SLURM_JOB_NODELIST", "n[1-2]"}};
+  EXPECT_NE(error({"p"}, batch).find("not running under srun"), std::string::npos);
+  // One node needs no srun.
+  batch["SLURM_JOB_NUM_NODES"] = "1";
+  EXPECT_EQ(parse({"p"}, batch).maxNodes, 1);
+  // srun -n 4 on 2 nodes: two launches per node.
+  auto many = srunEnv(0);
+  many["SLURM_STEP_NUM_TASKS"] = "4";
+  EXPECT_NE(error({"p"}, many).find("--ntasks-per-node=1"), std::string::npos);
+  auto bad = srunEnv(0);
+  bad["SLURM_NODEID"] = "x";
+  EXPECT_NE(error({"p"}, bad).find("SLURM_NODEID=x"), std::string::npos);
+  bad = srunEnv(0);
+  bad["SLURM_STEP_NODELIST"] = "n[1-";
+  EXPECT_NE(error({"p"}, bad).find("n[1-"), std::string::npos);
+}
+
+TEST(Slurm, NodeAddrFromScontrol) {
+  EXPECT_EQ(nodeAddrFromScontrol("NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.9.0.2 "
+                                 "NodeHostName=n1 Version=22.05.8\n"),
+            "10.9.0.2");
+  EXPECT_EQ(nodeAddrFromScontrol("NodeName=n1 NodeHostName=n1\n"), "");
+  EXPECT_EQ(nodeAddrFromScontrol("X_NodeAddr=1 NodeAddr=n1.cluster\n"), "n1.cluster");
+  // Without scontrol (or without the node) the host name is the answer.
+  EXPECT_EQ(slurmNodeAddress("no-such-node-here"), "no-such-node-here");
 }
 
 }  // namespace

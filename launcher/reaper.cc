@@ -24,6 +24,8 @@ constexpr int kMaxGroups = 4096;
   signal(SIGHUP, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGUSR1, SIG_IGN);  // notices (Slurm's --signal) that launch forwards to the workers
+  signal(SIGUSR2, SIG_IGN);
   // Leave launch's process group, so that a signal sent to that group (a terminal's Ctrl-C)
   // does not reach the guard while launch is still there to handle it.
   setpgid(0, 0);
