@@ -19,6 +19,7 @@
 
 #include "common/files.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "absl/strings/str_split.h"
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
@@ -238,32 +239,6 @@ absl::Status Agent::prepare() {
 
 namespace {
 
-// The local address on the route to `host`: what other nodes can reach this node at.
-std::string routeAddress(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  int fd = socket(res->ai_family, SOCK_DGRAM, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      if (local.ss_family == AF_INET) {
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
-      } else {
-        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof(buf));
-      }
-      out = buf;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
 bool isLocalHost(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == hostName() || host == fqdn();
 }
@@ -331,7 +306,7 @@ absl::Status Agent::prepareMultiNode() {
     }
   }
   nodeId_ = fmt::format("{}-{}-{}", hostName(), getpid(), randomHex(2));
-  nodeHost_ = !options_.localAddr.empty() ? options_.localAddr : routeAddress(host, port);
+  nodeHost_ = !options_.localAddr.empty() ? options_.localAddr : net::routeAddress(host, port);
   if (nodeHost_.empty()) nodeHost_ = fqdn();
   rdzv_ = std::make_unique<rendezvous::RendezvousClient>(endpoint_, storeToken_);
   logger()->info("node {} ({}) joins run '{}' at {}{}", nodeId_, nodeHost_, runId_, endpoint_,

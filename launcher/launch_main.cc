@@ -1,5 +1,6 @@
 // launch: parse torchrun's flags, run the agent, map errors to exit codes.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ int main(int argc, char** argv) {
       options->masterAddr = muster::launcher::slurmNodeAddress(host);
       if (options->masterAddr != host) took += " (" + host + "'s NodeAddr: " + options->masterAddr + ")";
     }
+    std::error_code ec;
+    if (options->sharedDirFromSlurm) std::filesystem::create_directories(options->sharedDir, ec);
     muster::log::get("launch")->info(
         "inside Slurm job {}: took{} from SLURM_* (flags given on the command line win)",
         options->slurmJob, took.empty() ? " nothing" : took);

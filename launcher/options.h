@@ -66,6 +66,7 @@ struct LaunchOptions {
   std::string slurmJob;
   std::vector<std::string> fromSlurm;
   bool masterAddrFromSlurm = false;  // masterAddr is a Slurm host name (see slurmNodeAddress)
+  bool sharedDirFromSlurm = false;   // sharedDir is a default under SLURM_SUBMIT_DIR, to create
 
   StdSpec redirectFor(int localRank) const;
   StdSpec teeFor(int localRank) const;

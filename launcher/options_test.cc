@@ -224,7 +224,8 @@ Env srunEnv(int node) {
   return {{"SLURM_JOB_ID", "4242"},          {"SLURM_STEP_ID", "0"},
           {"SLURM_NNODES", "2"},             {"SLURM_STEP_NUM_NODES", "2"},
           {"SLURM_STEP_NUM_TASKS", "2"},     {"SLURM_NODEID", std::to_string(node)},
-          {"SLURM_JOB_NODELIST", "n[1-2]"},  {"SLURM_STEP_NODELIST", "n[1-2]"}};
+          {"SLURM_JOB_NODELIST", "n[1-2]"},  {"SLURM_STEP_NODELIST", "n[1-2]"},
+          {"SLURM_SUBMIT_DIR", "/home/u/job"}};
 }
 
 TEST(Slurm, FirstHostOfAHostList) {
@@ -248,13 +249,17 @@ TEST(Slurm, InsideSrunTheAbsentFlagsComeFromTheStep) {
   EXPECT_EQ(o.masterPort, 29500 + 4242 % 1000);
   EXPECT_EQ(o.rdzvId, "4242");
   EXPECT_EQ(o.slurmJob, "4242");
-  EXPECT_EQ(o.fromSlurm.size(), 5u);
+  EXPECT_EQ(o.sharedDir, "/home/u/job/.muster-shared");
+  EXPECT_TRUE(o.sharedDirFromSlurm);
+  EXPECT_EQ(o.fromSlurm.size(), 6u);
 }
 
 TEST(Slurm, FlagsGivenWin) {
   auto env = srunEnv(1);
   env["PET_MASTER_PORT"] = "1234";
+  env["MUSTER_SHARED_DIR"] = "/nfs/s";
   auto o = parse({"--nnodes=2", "--node-rank=0", "--master_addr=10.1.2.3", "--rdzv_id=x", "p"}, env);
+  EXPECT_EQ(o.sharedDir, "/nfs/s");
   EXPECT_EQ(o.nodeRank, 0);
   EXPECT_EQ(o.masterAddr, "10.1.2.3");
   EXPECT_FALSE(o.masterAddrFromSlurm);

@@ -102,6 +102,7 @@ absl::StatusOr<std::optional<SlurmStep>> slurmStepFromEnv(const Env& env) {
     if (!first.ok()) return first.status();
     s.firstHost = *first;
   }
+  s.submitDir = lookup(env, {"SLURM_SUBMIT_DIR"}).value_or("");
   return std::optional<SlurmStep>(s);
 }
 
@@ -144,6 +145,13 @@ absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& o, const 
                 : std::hash<std::string>{}(step.jobId);
     o.masterPort = 29500 + static_cast<int>(h % 1000);
     took.push_back(fmt::format("--master_port={}", o.masterPort));
+  }
+  if (!given("--shared_dir") && o.maxNodes > 1 && !step.submitDir.empty()) {
+    // The submit directory is on the cluster filesystem on most sites; launch's probe at the
+    // rendezvous fails the job before any worker starts where it is not.
+    o.sharedDir = step.submitDir + "/.muster-shared";
+    o.sharedDirFromSlurm = true;
+    took.push_back(fmt::format("--shared_dir={}", o.sharedDir));
   }
   if (!given("--rdzv_id") && !o.standalone) {
     o.rdzvId = step.jobId;

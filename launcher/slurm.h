@@ -21,6 +21,7 @@ struct SlurmStep {
   int nodeId = -1;          // this node's index in the step, -1 when unknown
   int numTasks = 0;         // tasks in the step, 0 when unknown
   std::string firstHost;    // first host of the step's (or job's) node list
+  std::string submitDir;    // where sbatch/srun ran (SLURM_SUBMIT_DIR), usually shared
 };
 
 // nullopt outside Slurm (no SLURM_JOB_ID). Errors (INVALID_ARGUMENT, one line) name the
@@ -33,7 +34,8 @@ absl::StatusOr<std::string> firstSlurmHost(const std::string& hostList);
 
 // Fills the flags that `options.given` lacks from `step`: --nnodes, --node_rank,
 // --master_addr (the first host's name; see slurmNodeAddress), --master_port (29500 plus the
-// job id modulo 1000, so that two jobs sharing a node differ) and --rdzv_id. Returns what it
+// job id modulo 1000, so that two jobs sharing a node differ), --rdzv_id and, for several
+// nodes, --shared_dir (SLURM_SUBMIT_DIR/.muster-shared; launch creates it). Returns what it
 // took, as "--flag=value" strings, for the log line. Errors: launch run outside srun in a
 // multi-node allocation, or srun starting more than one launch per node.
 absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& options,

@@ -8,6 +8,7 @@
 
 #include "common/files.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
 #include "worker/c10d_store.h"
@@ -118,12 +119,18 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
   group.store = *store;
   try {
     auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    // One node: loopback needs no name resolution. Several: the host's own address (as
-    // PyTorch picks it), or GLOO_SOCKET_IFNAME's interface.
+    // One node: loopback needs no name resolution. Several: GLOO_SOCKET_IFNAME's interface,
+    // else the local address on the route to the master (which the other nodes reach; the
+    // host name PyTorch uses often resolves to 127.0.1.1 or not at all), else the host name.
+    std::string route = env.localWorldSize == env.worldSize
+                            ? ""
+                            : net::routeAddress(env.masterAddr, env.masterPort);
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
     } else if (env.localWorldSize == env.worldSize) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else if (!route.empty() && !net::isLoopback(route)) {
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route));
     } else {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }

@@ -306,7 +306,8 @@ class NetnsHosts : public MultiNode {
                                   buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
-    return std::make_unique<Child>(argv, std::vector<std::string>{"GLOO_SOCKET_IFNAME=" + tag_ + "v" + std::to_string(h)});
+    // No GLOO_SOCKET_IFNAME: the workers find their address on the route to the master.
+    return std::make_unique<Child>(argv, std::vector<std::string>{});
   }
   std::string tag_, subnet_;
   bool made_ = false;
