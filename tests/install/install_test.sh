@@ -1,0 +1,40 @@
+#!/bin/bash
+# cmake --install into a fresh prefix, then build a consumer project against it with
+# find_package(muster) and run it under the installed launch.
+#   install_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+source=$2
+work=$(mktemp -d "${TMPDIR:-/tmp}/muster-install-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+for f in bin/launch bin/rendezvousd bin/rendezvousctl bin/worker lib/libmuster_worker.a \
+         include/muster/worker/process_group.h include/muster/rendezvous/store.h \
+         include/muster/muster/v1/store.pb.h lib/cmake/muster/musterConfig.cmake \
+         lib/cmake/muster/musterConfigVersion.cmake share/muster/slurm/muster.sbatch \
+         share/muster/systemd/rendezvousd.service share/muster/k8s/rendezvousd.yaml; do
+  [ -e "$work/prefix/$f" ] || { echo "install_test: $f was not installed" >&2; exit 1; }
+done
+# Nothing of the tests or the example programs' internals.
+if find "$work/prefix" -name '*_test*' -o -name 'programs' | grep -q .; then
+  echo "install_test: test files or example-program headers were installed" >&2
+  exit 1
+fi
+
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$source/tests/install/consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$work/prefix" "${launcher[@]}" >"$work/configure.log" \
+  || { cat "$work/configure.log" >&2; exit 1; }
+cmake --build "$work/consumer" -j2 >"$work/build.log" 2>&1 || { cat "$work/build.log" >&2; exit 1; }
+
+out=$("$work/prefix/bin/launch" --nproc_per_node=2 "$work/consumer/consumer" 2>"$work/launch.err") \
+  || { cat "$work/launch.err" >&2; exit 1; }
+echo "$out"
+# 1 + 2 = 3 on both ranks; rank 0's bytes on both.
+for r in 0 1; do
+  grep -qx "consumer rank $r/2: sum 3, hello from rank 0" <<<"$out" \
+    || { echo "install_test: rank $r's line is missing" >&2; exit 1; }
+done
+echo "install_test: installed tree builds and runs a find_package(muster) program"
