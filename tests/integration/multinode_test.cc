@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/netns.h"
 
 namespace muster {
 namespace {
@@ -275,46 +276,25 @@ class NetnsHosts : public MultiNode {
   void SetUp() override {
     MultiNode::SetUp();
     if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
-    tag_ = "mh" + std::to_string(getpid() % 100000);
-    subnet_ = "10.214." + std::to_string(getpid() % 200 + 20);
-    std::string s = "set -e; ip netns add " + tag_ + "br; ip -n " + tag_ + "br link add br0 type bridge; ip -n " +
-                    tag_ + "br link set br0 up; ";
-    for (int h = 1; h <= 2; ++h) {
-      std::string ns = tag_ + "h" + std::to_string(h), v = tag_ + "v" + std::to_string(h),
-                  p = tag_ + "p" + std::to_string(h);
-      s += "ip netns add " + ns + "; ip link add " + v + " type veth peer name " + p + "; ip link set " + v +
-           " netns " + ns + "; ip link set " + p + " netns " + tag_ + "br; ip -n " + tag_ + "br link set " + p +
-           " master br0; ip -n " + tag_ + "br link set " + p + " up; ip -n " + ns + " addr add " + subnet_ + "." +
-           std::to_string(h) + "/24 dev " + v + "; ip -n " + ns + " link set " + v + " up; ip -n " + ns +
-           " link set lo up; ";
-    }
-    if (std::system(("(" + s + ") >/dev/null 2>&1").c_str()) != 0) {
-      teardown();
-      GTEST_SKIP() << "cannot create network namespaces here";
-    }
-    made_ = true;
+    if (!net_.create()) GTEST_SKIP() << "cannot create network namespaces here";
   }
   void TearDown() override {
-    if (made_) teardown();
+    net_.remove();
     MultiNode::TearDown();
   }
-  void teardown() {
-    std::system(("for n in br h1 h2; do ip netns del " + tag_ + "$n; done >/dev/null 2>&1").c_str());
-  }
   std::unique_ptr<Child> hostNode(int h, std::vector<std::string> flags, std::vector<std::string> program) {
-    std::vector<std::string> argv{"/usr/bin/nsenter", "--net=/run/netns/" + tag_ + "h" + std::to_string(h), "--",
+    std::vector<std::string> argv{"/usr/bin/nsenter", "--net=" + net_.path(h), "--",
                                   buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
     // No GLOO_SOCKET_IFNAME: the workers find their address on the route to the master.
     return std::make_unique<Child>(argv, std::vector<std::string>{});
   }
-  std::string tag_, subnet_;
-  bool made_ = false;
+  testing::NetnsNetwork net_{"mh", 214};
 };
 
 TEST_F(NetnsHosts, TwoHostsRunGlooCollectivesAcrossTheirOwnAddresses) {
-  std::string master = subnet_ + ".1";
+  std::string master = net_.address(1);
   auto flags = [&](int rank) {
     return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
                                     "--master_addr=" + master, "--master_port=" + std::to_string(port_)};

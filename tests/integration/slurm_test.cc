@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/netns.h"
 
 namespace muster {
 namespace {
@@ -52,7 +53,6 @@ std::string tail(const fs::path& p, size_t chars = 2000) {
   return t.size() > chars ? t.substr(t.size() - chars) : t;
 }
 
-int run(const std::string& command) { return std::system(command.c_str()); }
 
 // One word for /bin/sh.
 std::string quote(const std::string& s) {
@@ -87,8 +87,8 @@ class Cluster {
         return;
       }
     }
-    tag = "sl" + std::to_string(getpid() % 100000);
-    subnet = "10.215." + std::to_string(getpid() % 200 + 20);
+    started = true;
+    subnet = net.subnet();
     dir = fs::temp_directory_path() / ("muster-slurm-" + std::to_string(getpid()));
     fs::remove_all(dir);
     for (const char* sub : {"sock", "key", "state", "spool", "shared", "out"}) {
@@ -104,7 +104,7 @@ class Cluster {
     }
     fs::permissions(dir / "key" / "munge.key", fs::perms(0600));
 
-    if (!makeNamespaces()) {
+    if (!net.create(/*bridgeHasAddress=*/true)) {
       skip = "cannot create network namespaces here";
       return;
     }
@@ -141,7 +141,7 @@ class Cluster {
   }
 
   void stop() {
-    if (tag.empty()) return;
+    if (!started) return;
     if (slurmctld) client({"scancel", "--user=root"}, nullptr);
     // Daemons by pid: SIGTERM, then SIGKILL after 10 s.
     for (auto& c : slurmd) terminate(*c);
@@ -150,11 +150,9 @@ class Cluster {
     slurmctld.reset();
     if (munged) terminate(*munged);
     munged.reset();
-    // What Slurm left in the namespaces made here (a step daemon of a job cut short).
-    for (const char* ns : {"h1", "h2", "br"}) {
-      run("p=$(ip netns pids " + tag + ns + " 2>/dev/null); [ -z \"$p\" ] || kill -9 $p");
-    }
-    run("for n in br h1 h2; do ip netns del " + tag + "$n; done >/dev/null 2>&1");
+    // What Slurm left in the namespaces made here (a step daemon of a job cut short) dies
+    // with them.
+    net.remove();
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -199,35 +197,16 @@ class Cluster {
 
   std::string conf() const { return (dir / "slurm.conf").string(); }
   std::string socket() const { return (dir / "sock" / "munge.sock").string(); }
-  std::string netns(const std::string& name) const { return "/run/netns/" + tag + name; }
+  std::string netns(const std::string& name) const {
+    return name == "br" ? net.bridgePath() : net.path(std::stoi(name.substr(1)));
+  }
 
-  std::string tag, subnet;
+  testing::NetnsNetwork net{"sl", 215};
+  bool started = false;
+  std::string subnet;
   fs::path dir;
 
  private:
-  bool makeNamespaces() {
-    // A bridge in slurmctld's namespace ("br", .254); each node's veth plugs into it.
-    std::string b = tag + "br";
-    std::string s = "set -e; ip netns add " + b + "; ip -n " + b + " link set lo up; ip -n " + b +
-                    " link add br0 type bridge; ip -n " + b + " addr add " + subnet + ".254/24 dev br0; ip -n " +
-                    b + " link set br0 up; ";
-    for (int h = 1; h <= 2; ++h) {
-      std::string ns = tag + "h" + std::to_string(h), v = tag + "v" + std::to_string(h),
-                  p = tag + "p" + std::to_string(h);
-      s += "ip netns add " + ns + "; ip link add " + v + " type veth peer name " + p + "; ip link set " + v +
-           " netns " + ns + "; ip link set " + p + " netns " + b + "; ip -n " + b + " link set " + p +
-           " master br0; ip -n " + b + " link set " + p + " up; ip -n " + ns + " addr add " + subnet + "." +
-           std::to_string(h) + "/24 dev " + v + "; ip -n " + ns + " link set " + v + " up; ip -n " + ns +
-           " link set lo up; ";
-    }
-    if (run("(" + s + ") >/dev/null 2>&1") != 0) {
-      run("for n in br h1 h2; do ip netns del " + tag + "$n; done >/dev/null 2>&1");
-      tag.clear();
-      return false;
-    }
-    return true;
-  }
-
   void writeConf() {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
@@ -236,7 +215,7 @@ class Cluster {
     std::string d = dir.string();
     std::ofstream(conf())
         << "ClusterName=muster\n"
-        << "SlurmctldHost=" << shortHost << "(" << subnet << ".254)\n"
+        << "SlurmctldHost=" << shortHost << "(" << net.address(254) << ")\n"
         << "SlurmctldPort=6817\n"
         << "AuthType=auth/munge\nCredType=cred/munge\n"
         << "AuthInfo=socket=" << socket() << "\n"
