@@ -279,6 +279,30 @@ TEST_F(LaunchTest, OtherSignalsAreForwardedToo) {
   }
 }
 
+TEST_F(LaunchTest, Usr1AndUsr2AreNoticesPassedOnWithoutStopping) {
+  // Slurm's --signal=USR1@T before preemption: each worker notes the notices it gets and
+  // exits 0 after the second kind; launch neither stops nor dies of them.
+  std::string body = "trap 'echo usr1 >> " + (dir_ / "sig_").string() +
+                     "$RANK' USR1\ntrap 'echo usr2 >> " + (dir_ / "sig_").string() +
+                     "$RANK; exit 0' USR2\necho ready > " + (dir_ / "ready_").string() +
+                     "$RANK\nwhile true; do sleep 0.01; done\n";
+  Child c(launch({"--nproc_per_node=2", script("notice.sh", body)}));
+  ASSERT_TRUE(awaitFiles("ready_", 2));
+  c.kill(SIGUSR1);
+  auto deadline = std::chrono::steady_clock::now() + kRun;
+  while ((read("sig_0").empty() || read("sig_1").empty()) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_FALSE(c.wait(milliseconds(200)).has_value()) << "launch stopped on SIGUSR1";
+  c.kill(SIGUSR2);
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+  EXPECT_EQ(read("sig_0"), "usr1\nusr2\n");
+  EXPECT_EQ(read("sig_1"), "usr1\nusr2\n");
+  EXPECT_NE(c.stderrText().find("launch got SIGUSR1; forwarding it to the workers"), std::string::npos);
+}
+
 TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
   // Rank 0 fails once rank 1 ignores SIGTERM (its file appears after the trap is set).
   std::string body = "trap '' TERM\necho $$ > " + (dir_ / "pid_").string() +

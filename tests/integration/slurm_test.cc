@@ -53,7 +53,6 @@ std::string tail(const fs::path& p, size_t chars = 2000) {
   return t.size() > chars ? t.substr(t.size() - chars) : t;
 }
 
-
 // One word for /bin/sh.
 std::string quote(const std::string& s) {
   std::string q = "'";
