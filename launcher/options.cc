@@ -238,7 +238,7 @@ std::vector<Flag> flagTable() {
                  return absl::OkStatus();
                },
                "auto (default): inside srun, absent --nnodes, --node_rank, --master_addr, "
-               "--master_port and --rdzv_id come from SLURM_*; off: ignore Slurm"});
+               "--master_port, --rdzv_id and --shared_dir come from SLURM_*; off: ignore Slurm"});
   t.push_back({{"--use_env", "--use-env"}, "PET_USE_ENV", false, flag(&LaunchOptions::useEnv),
                "with --legacy_launch: do not append --local_rank"});
   t.push_back({{"--legacy_launch", "--legacy-launch"}, "MUSTER_LEGACY_LAUNCH", true,

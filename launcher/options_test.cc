@@ -294,9 +294,13 @@ TEST(Slurm, WrongUseIsOneClearLine) {
   Env batch = {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
                {"SLURM_JOB_NODELIST", "n[1-2]"}};
   EXPECT_NE(error({"p"}, batch).find("not running under srun"), std::string::npos);
-  // One node needs no srun.
+  // One node needs no srun, and keeps the loopback master with the job's own port.
   batch["SLURM_JOB_NUM_NODES"] = "1";
-  EXPECT_EQ(parse({"p"}, batch).maxNodes, 1);
+  auto single = parse({"p"}, batch);
+  EXPECT_EQ(single.maxNodes, 1);
+  EXPECT_EQ(single.masterAddr, "127.0.0.1");
+  EXPECT_FALSE(single.masterAddrFromSlurm);
+  EXPECT_EQ(single.masterPort, 29507);
   // srun -n 4 on 2 nodes: two launches per node.
   auto many = srunEnv(0);
   many["SLURM_STEP_NUM_TASKS"] = "4";

@@ -130,7 +130,8 @@ absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& o, const 
     o.nodeRank = step.nodeId;
     took.push_back(fmt::format("--node_rank={}", step.nodeId));
   }
-  if (staticRdzv && !given("--master_addr") && !step.firstHost.empty()) {
+  // One node keeps 127.0.0.1; several need node 0's address.
+  if (staticRdzv && !given("--master_addr") && !step.firstHost.empty() && o.maxNodes > 1) {
     o.masterAddr = step.firstHost;
     o.masterAddrFromSlurm = true;
     took.push_back(fmt::format("--master_addr={}", step.firstHost));

@@ -33,7 +33,7 @@ absl::StatusOr<std::optional<SlurmStep>> slurmStepFromEnv(
 absl::StatusOr<std::string> firstSlurmHost(const std::string& hostList);
 
 // Fills the flags that `options.given` lacks from `step`: --nnodes, --node_rank,
-// --master_addr (the first host's name; see slurmNodeAddress), --master_port (29500 plus the
+// --master_addr (several nodes: the first host's name; see slurmNodeAddress), --master_port (29500 plus the
 // job id modulo 1000, so that two jobs sharing a node differ), --rdzv_id and, for several
 // nodes, --shared_dir (SLURM_SUBMIT_DIR/.muster-shared; launch creates it). Returns what it
 // took, as "--flag=value" strings, for the log line. Errors: launch run outside srun in a
