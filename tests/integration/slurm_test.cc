@@ -301,6 +301,24 @@ class Slurm : public ::testing::Test {
             "MUSTER_SHARED_DIR=" + (cluster_->dir / "shared").string()};
   }
   std::string deployScript() { return sourceDir() + "/deploy/slurm/muster.sbatch"; }
+  // A worker that says it is ready (with the job id) and, on SIGUSR1, notes it and exits 0 as
+  // a checkpointing program would.
+  std::string noticeProgram(const fs::path& marks) {
+    fs::create_directories(marks);
+    return script("notice.sh", "trap 'echo \"rank $RANK got USR1\" > " + marks.string() +
+                                   "/usr1-$RANK; exit 0' USR1\n"
+                                   "echo $SLURM_JOB_ID > " + marks.string() + "/ready-$RANK.tmp\n"
+                                   "mv " + marks.string() + "/ready-$RANK.tmp " + marks.string() +
+                                   "/ready-$RANK\n"
+                                   "while true; do sleep 0.1; done\n");
+  }
+  // How many times launch logged passing `signal` on.
+  static size_t forwards(const std::string& output, const std::string& signal) {
+    size_t n = 0;
+    std::string line = "launch got " + signal + "; forwarding it to the workers";
+    for (size_t at = 0; (at = output.find(line, at)) != std::string::npos; ++at) ++n;
+    return n;
+  }
   static std::string worker() { return buildDir() + "/worker/worker"; }
 
   static Cluster* cluster_;
@@ -333,15 +351,7 @@ TEST_F(Slurm, AFailingRankFailsTheJobAndSbatch) {
 
 TEST_F(Slurm, APreemptionNoticeReachesEveryWorker) {
   fs::path marks = cluster_->dir / "marks";
-  fs::create_directories(marks);
-  // Each worker says it is ready (with the job id), and exits 0 on SIGUSR1 as a checkpointing
-  // program would.
-  std::string notice = script("notice.sh", "trap 'echo \"rank $RANK got USR1\" > " + marks.string() +
-                                               "/usr1-$RANK; exit 0' USR1\n"
-                                               "echo $SLURM_JOB_ID > " + marks.string() + "/ready-$RANK.tmp\n"
-                                               "mv " + marks.string() + "/ready-$RANK.tmp " + marks.string() +
-                                               "/ready-$RANK\n"
-                                               "while true; do sleep 0.1; done\n");
+  std::string notice = noticeProgram(marks);
   JobResult job;
   std::thread submit([&] { job = cluster_->sbatch({deployScript(), notice}, deployEnv()); });
   auto readyCount = [&] {
@@ -370,13 +380,19 @@ TEST_F(Slurm, APreemptionNoticeReachesEveryWorker) {
     EXPECT_EQ(readText(marks / ("usr1-" + std::to_string(r))), "rank " + std::to_string(r) + " got USR1\n");
   }
   // Slurm signalled launch's process group only (proctrack/pgid): launch passed it on.
-  size_t forwarded = 0;
-  for (size_t at = 0; (at = job.output.find("launch got SIGUSR1; forwarding it to the workers", at)) !=
-                      std::string::npos;
-       ++at) {
-    ++forwarded;
+  EXPECT_EQ(forwards(job.output, "SIGUSR1"), 2u) << job.output;
+}
+
+TEST_F(Slurm, TheTimeLimitNoticeComesFromSbatchSignal) {
+  // A one-minute limit with USR1 58 s before it: slurmctld sends the notice at its next
+  // time-limit pass (every 30 s), long before the limit itself.
+  fs::path marks = cluster_->dir / "limit-marks";
+  auto job = cluster_->sbatch({"--time=1", "--signal=USR1@58", deployScript(), noticeProgram(marks)}, deployEnv());
+  EXPECT_EQ(job.code, 0) << job.sbatch << job.output;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(readText(marks / ("usr1-" + std::to_string(r))), "rank " + std::to_string(r) + " got USR1\n");
   }
-  EXPECT_EQ(forwarded, 2u) << job.output;
+  EXPECT_EQ(forwards(job.output, "SIGUSR1"), 2u) << job.output;
 }
 
 TEST_F(Slurm, LaunchReadsTheAllocationWhenItsFlagsAreAbsent) {
