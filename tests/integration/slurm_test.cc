@@ -2,7 +2,8 @@
 // slurmd, each slurmd in a network namespace of its own behind a bridge that slurmctld's
 // namespace owns, so that the nodes have distinct addresses. The jobs go through sbatch
 // --wait: deploy/slurm/muster.sbatch running a Gloo job on two nodes, a failing rank, a
-// preemption notice (USR1) reaching every worker, and launch reading the allocation itself.
+// preemption notice (USR1, from scancel and from sbatch --signal) reaching every worker, and
+// launch reading the allocation itself.
 //
 // Every address lives inside the namespaces made here; the clients (sbatch, scontrol,
 // scancel) run in slurmctld's namespace. Node names do not resolve: Slurm's NodeAddr does.
