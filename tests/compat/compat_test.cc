@@ -22,10 +22,7 @@ using nlohmann::json;
 constexpr std::chrono::milliseconds kRun{120000};
 constexpr char kPython[] = "/usr/bin/python3";
 
-std::string source(const std::string& rel) {
-  const char* dir = std::getenv("MUSTER_SOURCE_DIR");
-  return (fs::path(dir ? dir : MUSTER_SOURCE_DIR_DEFAULT) / rel).string();
-}
+std::string source(const std::string& rel) { return (fs::path(testing::sourceDir()) / rel).string(); }
 
 class Compat : public ::testing::Test {
  protected:

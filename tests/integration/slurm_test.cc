@@ -26,14 +26,10 @@ namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::sourceDir;
 using testing::Child;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
-
-std::string sourceDir() {
-  const char* dir = std::getenv("MUSTER_SOURCE_DIR");
-  return dir != nullptr ? dir : MUSTER_SOURCE_DIR_DEFAULT;
-}
 
 bool onPath(const std::string& name) {
   for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin"}) {

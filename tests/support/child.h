@@ -38,6 +38,16 @@ inline std::string buildDir() {
   return ".";
 }
 
+// The source tree: $MUSTER_SOURCE_DIR (ctest sets it), else the one this test was built from.
+inline std::string sourceDir() {
+  if (const char* dir = std::getenv("MUSTER_SOURCE_DIR")) return dir;
+#ifdef MUSTER_SOURCE_DIR_DEFAULT
+  return MUSTER_SOURCE_DIR_DEFAULT;
+#else
+  return ".";
+#endif
+}
+
 // An empty directory of this test's own: $TMPDIR/<prefix>-<pid>-<test name>, made anew.
 inline std::filesystem::path freshTestDir(const std::string& prefix) {
   auto dir = std::filesystem::temp_directory_path() /
