@@ -122,14 +122,12 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
     // One node: loopback needs no name resolution. Several: GLOO_SOCKET_IFNAME's interface,
     // else the local address on the route to the master (which the other nodes reach; the
     // host name PyTorch uses often resolves to 127.0.1.1 or not at all), else the host name.
-    std::string route = env.localWorldSize == env.worldSize
-                            ? ""
-                            : net::routeAddress(env.masterAddr, env.masterPort);
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
     } else if (env.localWorldSize == env.worldSize) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    } else if (!route.empty() && !net::isLoopback(route)) {
+    } else if (std::string route = net::routeAddress(env.masterAddr, env.masterPort);
+               !route.empty() && !net::isLoopback(route)) {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route));
     } else {
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
