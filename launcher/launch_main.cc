@@ -1,6 +1,5 @@
 // launch: parse torchrun's flags, run the agent, map errors to exit codes.
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,20 +33,7 @@ int main(int argc, char** argv) {
                  "error or off\n", options->logLevel.c_str());
     return 2;
   }
-  if (!options->slurmJob.empty()) {
-    std::string took;
-    for (const auto& t : options->fromSlurm) took += " " + t;
-    if (options->masterAddrFromSlurm) {
-      std::string host = options->masterAddr;
-      options->masterAddr = muster::launcher::slurmNodeAddress(host);
-      if (options->masterAddr != host) took += " (" + host + "'s NodeAddr: " + options->masterAddr + ")";
-    }
-    std::error_code ec;
-    if (options->sharedDirFromSlurm) std::filesystem::create_directories(options->sharedDir, ec);
-    muster::log::get("launch")->info(
-        "inside Slurm job {}: took{} from SLURM_* (flags given on the command line win)",
-        options->slurmJob, took.empty() ? " nothing" : took);
-  }
+  if (!options->slurmJob.empty()) muster::launcher::settleSlurmStep(*options);
   auto command = muster::launcher::workerCommand(*options, env);
   if (!command.ok()) {
     std::fprintf(stderr, "launch: %s\n", std::string(command.status().message()).c_str());

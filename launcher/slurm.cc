@@ -3,11 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/process.hpp>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 
+#include "common/log.h"
 #include "launcher/options.h"
 
 namespace muster::launcher {
@@ -137,13 +140,13 @@ absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& o, const 
     took.push_back(fmt::format("--master_addr={}", step.firstHost));
   }
   if (staticRdzv && !given("--master_port")) {
-    size_t h = 0;
     bool numeric = !step.jobId.empty() &&
                    std::all_of(step.jobId.begin(), step.jobId.end(),
                                [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    h = numeric ? static_cast<size_t>(std::stoull(step.jobId.substr(
-                      step.jobId.size() > 9 ? step.jobId.size() - 9 : 0)))
-                : std::hash<std::string>{}(step.jobId);
+    // The last 9 digits decide the port (job id mod 1000); a non-numeric id is hashed.
+    size_t h = numeric ? static_cast<size_t>(std::stoull(step.jobId.substr(
+                             step.jobId.size() > 9 ? step.jobId.size() - 9 : 0)))
+                       : std::hash<std::string>{}(step.jobId);
     o.masterPort = 29500 + static_cast<int>(h % 1000);
     took.push_back(fmt::format("--master_port={}", o.masterPort));
   }
@@ -159,6 +162,20 @@ absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& o, const 
     took.push_back(fmt::format("--rdzv_id={}", step.jobId));
   }
   return took;
+}
+
+void settleSlurmStep(LaunchOptions& o) {
+  std::string took;
+  for (const auto& t : o.fromSlurm) took += " " + t;
+  if (o.masterAddrFromSlurm) {
+    std::string host = o.masterAddr;
+    o.masterAddr = slurmNodeAddress(host);
+    if (o.masterAddr != host) took += " (" + host + "'s NodeAddr: " + o.masterAddr + ")";
+  }
+  std::error_code ec;
+  if (o.sharedDirFromSlurm) std::filesystem::create_directories(o.sharedDir, ec);
+  log::get("launch")->info("inside Slurm job {}: took{} from SLURM_* (flags given on the command line win)",
+                           o.slurmJob, took.empty() ? " nothing" : took);
 }
 
 std::string nodeAddrFromScontrol(const std::string& output) {

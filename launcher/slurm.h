@@ -41,6 +41,11 @@ absl::StatusOr<std::string> firstSlurmHost(const std::string& hostList);
 absl::StatusOr<std::vector<std::string>> applySlurmStep(LaunchOptions& options,
                                                         const SlurmStep& step);
 
+// What parsing left for launch to do inside a Slurm step (it runs a command and touches the
+// file system): resolves a --master_addr taken from Slurm to its NodeAddr, creates the default
+// shared dir, and logs one line saying what was taken.
+void settleSlurmStep(LaunchOptions& options);
+
 // The address other nodes reach `host` at: its NodeAddr in `scontrol show node` (which is
 // what slurmctld itself uses, and works where node names do not resolve), else `host`.
 std::string slurmNodeAddress(const std::string& host);
