@@ -181,6 +181,7 @@ SharedDirChannel::~SharedDirChannel() {
 
 absl::Status SharedDirChannel::probe() {
   if (env_.worldSize == 1) return absl::OkStatus();
+  Millis timeout = options_.startTimeout.count() > 0 ? options_.startTimeout : options_.timeout;
   std::string path = (fs::path(roundDir_) / ".probe").string();
   try {
     if (env_.rank == 0) {
@@ -193,7 +194,7 @@ absl::Status SharedDirChannel::probe() {
       }
       store_->set("muster/chan/probe", bytesOf(nonce));
     }
-    store_->wait({"muster/chan/probe"}, options_.timeout);
+    store_->wait({"muster/chan/probe"}, timeout);
     std::string nonce = textOf(store_->get("muster/chan/probe"));
     std::string seen;
     {
@@ -208,7 +209,7 @@ absl::Status SharedDirChannel::probe() {
     store_->set(fmt::format("muster/chan/probe/{}", env_.rank), bytesOf(seen == nonce ? "ok" : "no"));
     std::vector<std::string> keys;
     for (int r = 0; r < env_.worldSize; ++r) keys.push_back(fmt::format("muster/chan/probe/{}", r));
-    store_->wait(keys, options_.timeout);
+    store_->wait(keys, timeout);
     std::vector<int> blind;
     for (int r = 0; r < env_.worldSize; ++r) {
       if (textOf(store_->get(keys[r])) != "ok") blind.push_back(r);

@@ -21,7 +21,9 @@ namespace muster::worker {
 
 struct ChannelOptions {
   std::string dir;          // "" takes MUSTER_SHARED_DIR (a private one for a world of one)
-  Millis timeout{300'000};  // for each receive and for the start-up probe
+  Millis timeout{300'000};  // for each receive
+  // For create()'s collective probe: every rank must have started. 0: the same as timeout.
+  Millis startTimeout{0};
 };
 
 // Files live under <dir>/<job id>/<round>/, are written under a temporary name and renamed

@@ -1,6 +1,8 @@
 // Test helper: SharedDirChannel between real processes. "all": every operation and dtype;
 // "big MIB": rank 0 sends MIB mebibytes to rank 1, which checks them; "send MIB" / "recv":
-// one transfer from rank 1 to rank 0. Exit 0 when every check passed.
+// one transfer from rank 1 to rank 0. The third argument bounds each receive; the start-up
+// probe waits up to 120 s for every rank (LibTorch starts slowly on a loaded machine). Exit 0
+// when every check passed.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
   std::chrono::milliseconds timeout(static_cast<int64_t>(timeoutS * 1000));
   auto store = connectStore(*env, timeout);
   if (!store.ok()) return fail(*env, std::string(store.status().message()));
-  auto channel = SharedDirChannel::create(*env, *store, {.timeout = timeout});
+  auto channel = SharedDirChannel::create(*env, *store, {.timeout = timeout, .startTimeout = std::chrono::seconds(120)});
   if (!channel.ok()) return fail(*env, std::string(channel.status().message()));
   auto& c = **channel;
   int n = env->worldSize, me = env->rank;

@@ -174,34 +174,42 @@ TEST_F(LaunchTest, ProgramArgumentsArriveUntouched) {
 }
 
 TEST_F(LaunchTest, FailingRankStopsTheOthersAndIsNamedAsRootCause) {
+  // Pid files are written under a temporary name and renamed, so that rank 1 never fails
+  // before the others' files are whole. Ranks 0 and 2 record their sleep's pid too: it must be
+  // gone with them (a search by name would also see other tests' processes).
+  std::string pid = (dir_ / "pid_").string() + "$RANK";
   std::string body =
-      "echo $$ > " + (dir_ / "pid_").string() + "$RANK\n"
       "if [ \"$RANK\" = 1 ]; then\n"
+      "  echo $$ > " + pid + ".tmp && mv " + pid + ".tmp " + pid + "\n"
       "  while [ ! -e " + (dir_ / "pid_0").string() + " ] || [ ! -e " + (dir_ / "pid_2").string() +
       " ]; do sleep 0.01; done\n"
       "  echo 'loading shard 7' >&2; echo 'RuntimeError: shard 7 is corrupt' >&2; exit 3\n"
       "fi\n"
-      "sleep 60 & wait\n";
+      "sleep 60 & echo $$ $! > " + pid + ".tmp && mv " + pid + ".tmp " + pid + "\n"
+      "wait\n";
   Child c(launch({"--nproc_per_node=3", script("w.sh", body)}));
   auto exit = c.wait(kRun);
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->code, 1);
   std::string err = c.stderrText();
+  std::vector<pid_t> failed;
+  std::istringstream rank1(read("pid_1"));
+  for (pid_t p; rank1 >> p;) failed.push_back(p);
+  ASSERT_EQ(failed.size(), 1u);
   auto pids = pidsIn("pid_", 3);
-  ASSERT_EQ(pids.size(), 3u);
-  EXPECT_NE(err.find("launch: root cause: rank 1 (local_rank 1, pid " + std::to_string(pids[1]) +
+  ASSERT_EQ(pids.size(), 5u) << "ranks 0 and 2: shell and sleep; rank 1: shell";
+  EXPECT_NE(err.find("launch: root cause: rank 1 (local_rank 1, pid " + std::to_string(failed[0]) +
                      ") exited with code 3"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("    RuntimeError: shard 7 is corrupt"), std::string::npos) << err;
   EXPECT_NE(err.find("FAILED"), std::string::npos);
-  EXPECT_NE(err.find("exitcode  : 3 (pid: " + std::to_string(pids[1]) + ")"), std::string::npos);
+  EXPECT_NE(err.find("exitcode  : 3 (pid: " + std::to_string(failed[0]) + ")"), std::string::npos);
   EXPECT_NE(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
   // The root cause comes before the table.
   EXPECT_LT(err.find("root cause"), err.find("Root Cause (first observed failure)"));
   // Nothing of the others is left, their sleeps included.
   EXPECT_TRUE(allGone(pids));
-  EXPECT_EQ(std::system("pgrep -f 'sleep 60' -P 1 >/dev/null"), 256);
 }
 
 TEST_F(LaunchTest, SignalDeathIsReportedByName) {
