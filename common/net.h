@@ -12,4 +12,14 @@ std::string routeAddress(const std::string& host, int port);
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool isLoopback(const std::string& address);
 
+// A TCP socket bound to host:port and listening (close-on-exec, SO_REUSEADDR): held from this
+// moment, so no other process can take the port before the server that serves it starts.
+// host "" or "0.0.0.0": every address, IPv6 too where the host has it; "::": the same; a name
+// or a literal: that address. Port 0 picks a free port (boundPort says which). Returns the
+// descriptor, or -1 with `why` set to one line ("127.0.0.1:29500: Address already in use").
+int listenTcp(const std::string& host, int port, std::string& why, int backlog = 2048);
+
+// The port a bound socket has, 0 on error.
+int boundPort(int fd);
+
 }  // namespace muster::net

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/contract.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -142,7 +143,7 @@ absl::Status Agent::prepare() {
     runId_ = options_.rdzvId;
   } else if (options_.standalone || options_.rdzvBackend != "static") {
     // As torchrun's c10d rendezvous: a run id of its own (standalone), the host's name and a
-    // free port for the workers' own store.
+    // free port for the workers' store.
     if (options_.standalone || options_.rdzvId == "none") {
       runId_ = randomHex(4) + "-" + randomHex(2) + "-" + randomHex(2) + "-" + randomHex(2) +
                "-" + randomHex(6);
@@ -150,12 +151,22 @@ absl::Status Agent::prepare() {
       runId_ = options_.rdzvId;
     }
     masterAddr_ = fqdn();
-    masterPort_ = freePort();
+    masterPort_ = 0;
   } else {
     runId_ = options_.rdzvId;
     masterAddr_ = options_.masterAddr;
     // 0: a free port, so that jobs side by side on one host do not collide on 29500.
-    masterPort_ = options_.masterPort == 0 ? freePort() : options_.masterPort;
+    masterPort_ = options_.masterPort;
+  }
+  if (!multiNode_) {
+    if (options_.agentStore) {
+      // One node: the workers reach the store at MASTER_ADDR, so bind what it names (loopback
+      // for the default 127.0.0.1), and hold the port from now on.
+      if (auto s = holdWorkerPort(masterAddr_, masterPort_); !s.ok()) return s;
+      masterPort_ = workerPort_;
+    } else if (masterPort_ == 0) {
+      masterPort_ = freePort();  // rank 0's worker binds it
+    }
   }
 
   // Logs: <base>/<run id>_XXXX/attempt_N/<local rank>/{stdout,stderr}.log and error.json, as
@@ -225,6 +236,14 @@ absl::Status Agent::prepare() {
     if (!started.ok()) return started.status();
     store_ = std::move(*started);
     endpoint_ = store_->address();
+    if (options_.agentStore) {
+      if (auto s = serveWorkerStore(); !s.ok()) return s;
+    }
+  }
+
+  if (multiNode_ && options_.agentStore) {
+    // Every node holds a port for the workers' store; the round's group rank 0 serves it.
+    if (auto s = holdWorkerPort("", 0); !s.ok()) return s;
   }
 
   if (!env_.count("OMP_NUM_THREADS") && options_.localWorldSize > 1) {
@@ -322,7 +341,7 @@ void Agent::startJoin() {
   node->set_host(nodeHost_);
   node->set_local_world_size(options_.localWorldSize);
   node->set_wanted_rank(options_.rdzvBackend == "static" ? options_.nodeRank : -1);
-  node->set_master_port(freePort());
+  node->set_master_port(options_.agentStore ? workerPort_ : freePort());
   req.set_min_nodes(options_.minNodes);
   req.set_max_nodes(options_.maxNodes);
   req.set_last_call_ms(static_cast<uint64_t>(lastCall_.count()));
@@ -353,6 +372,14 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   masterPort_ = a.master_port();
   localDone_ = false;
   remote_ = Remote::kNone;
+  if (groupRank_ == 0 && options_.agentStore) {
+    if (auto s = serveWorkerStore(); !s.ok()) {
+      std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
+      report(false, std::string(s.message()));
+      finish(1);
+      return;
+    }
+  }
   logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}:{}", round_,
                  groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
                  masterAddr_, masterPort_);
@@ -414,6 +441,35 @@ absl::Status Agent::checkSharedDir() {
   return absl::OkStatus();
 }
 
+absl::Status Agent::holdWorkerPort(const std::string& host, int port) {
+  std::string why;
+  workerPortFd_ = net::listenTcp(host, port, why);
+  if (workerPortFd_ < 0) {
+    return absl::UnavailableError(fmt::format(
+        "cannot hold the workers' store port (MASTER_PORT): {}; choose another --master_port "
+        "(0 picks a free one), or --worker_store=rank0 if your script starts its own TCPStore "
+        "there",
+        why));
+  }
+  workerPort_ = net::boundPort(workerPortFd_);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::serveWorkerStore() {
+  if (!front_) {
+    if (workerPortFd_ < 0) return absl::InternalError("no port is held for the workers' store");
+    frontMemory_ = store_ ? store_->memory() : std::make_shared<rendezvous::MemoryStore>();
+    auto front = rendezvous::TcpStoreFront::start(frontMemory_, workerPortFd_,
+                                                  {.runId = runId_, .round = round_});
+    workerPortFd_ = -1;  // the front owns it now
+    if (!front.ok()) return front.status();
+    front_ = std::move(*front);
+    logger()->debug("workers' store (TCPStore protocol) on port {}", front_->port());
+  }
+  front_->setRound(round_);
+  return absl::OkStatus();
+}
+
 void Agent::report(bool succeeded, const std::string& message) {
   if (!rdzv_) return;
   muster::v1::ReportRequest req;
@@ -466,7 +522,7 @@ void Agent::onRemoteError(const std::string& why) {
 std::vector<WorkerSpec> Agent::roundSpecs() {
   std::vector<WorkerSpec> specs;
   fs::path attemptDir = fs::path(runDir_) / fmt::format("attempt_{}", round_);
-  std::string ns = fmt::format("{}/{}", runId_, round_);
+  std::string ns = contract::roundNamespace(runId_, round_);
   for (int local = 0; local < options_.localWorldSize; ++local) {
     WorkerSpec spec;
     spec.localRank = local;
@@ -490,9 +546,10 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restartCount_);
     e["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.maxRestarts);
     e["TORCHELASTIC_RUN_ID"] = runId_;
-    // The workers' c10d store is rank 0's own TCPStore at MASTER_ADDR:MASTER_PORT, as under
-    // torchrun's c10d rendezvous: muster's store speaks gRPC, not TCPStore's protocol.
-    e["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    // The workers' c10d store: this job's agent store at MASTER_ADDR:MASTER_PORT (as
+    // torchrun's static rendezvous and torchrun >= 2.5's c10d), or with --worker_store=rank0
+    // rank 0's own TCPStore there.
+    e["TORCHELASTIC_USE_AGENT_STORE"] = options_.agentStore ? "True" : "False";
     if (!env_.count("NCCL_ASYNC_ERROR_HANDLING")) e["NCCL_ASYNC_ERROR_HANDLING"] = "1";
     if (!env_.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
     spec.errorFile = (rankDir / "error.json").string();
@@ -687,7 +744,10 @@ void Agent::onRoundSettled() {
     std::error_code ec;
     fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
     if (store_) {
-      rendezvous::LocalStore(store_->memory(), fmt::format("{}/{}", runId_, round_)).clear().IgnoreError();
+      rendezvous::LocalStore(store_->memory(), contract::roundNamespace(runId_, round_)).clear().IgnoreError();
+    }
+    if (frontMemory_ && (!store_ || frontMemory_ != store_->memory())) {
+      rendezvous::LocalStore(frontMemory_, contract::roundNamespace(runId_, round_)).clear().IgnoreError();
     }
     if (multiNode_) {
       stopping_ = Stopping::kNo;
@@ -695,6 +755,7 @@ void Agent::onRoundSettled() {
       return;
     }
     round_ = restartCount_;
+    if (front_) front_->setRound(round_);
     auto status = startRound();
     if (!status.ok()) {
       logger()->error("{}", std::string(status.message()));
@@ -838,6 +899,8 @@ int Agent::run() {
   group_.reset();
   if (rdzv_) rdzv_->stopWatch();
   if (joinThread_.joinable()) joinThread_.detach();  // a join still waiting dies with the process
+  if (front_) front_->shutdown();
+  if (workerPortFd_ >= 0) close(workerPortFd_);
   if (store_) store_->shutdown(Millis(200));
   std::error_code ec;
   if (ownSharedDir_) {

@@ -16,6 +16,7 @@
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/store_server.h"
+#include "rendezvous/tcpstore_front.h"
 
 namespace muster::launcher {
 
@@ -62,6 +63,10 @@ class Agent {
   void stopGroup(int sig, const std::string& why);
   void onRoundSettled();
   void finish(int code);
+  // The workers' store (TORCHELASTIC_USE_AGENT_STORE=True): holds MASTER_PORT from the moment
+  // it is chosen (`fd`), and serves it once this node is group rank 0.
+  absl::Status holdWorkerPort(const std::string& host, int port);
+  absl::Status serveWorkerStore();
   void armSignals();
   void printFailureReport() const;
   Failure describe(const WorkerState& worker) const;
@@ -76,6 +81,12 @@ class Agent {
   Reaper reaper_;
   std::unique_ptr<rendezvous::StoreServer> store_;
   std::unique_ptr<WorkerGroup> group_;
+  // The workers' store: TCPStore's protocol on MASTER_PORT, over store_'s state when this
+  // node hosts it, else over a state of its own.
+  int workerPortFd_ = -1;
+  int workerPort_ = 0;
+  std::shared_ptr<rendezvous::MemoryStore> frontMemory_;
+  std::unique_ptr<rendezvous::TcpStoreFront> front_;
 
   std::string runId_;
   std::string jobId_;  // the run directory's name: unique per job, shared dir subfolder

@@ -262,6 +262,14 @@ std::vector<Flag> flagTable() {
                "seconds between SIGTERM and SIGKILL when stopping workers (default 30)"});
   t.push_back({{"--shared_dir", "--shared-dir"}, "MUSTER_SHARED_DIR", true,
                str(&LaunchOptions::sharedDir), "directory every rank can read (MUSTER_SHARED_DIR)"});
+  t.push_back({{"--worker_store", "--worker-store"}, "MUSTER_WORKER_STORE", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 if (v != "agent" && v != "rank0") return bad("--worker_store", v, "agent or rank0");
+                 o.agentStore = v == "agent";
+                 return absl::OkStatus();
+               },
+               "agent (default): launch serves the workers' TCPStore on MASTER_PORT "
+               "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0's worker hosts its own"});
   t.push_back({{"--log_level", "--log-level"}, "MUSTER_LOG_LEVEL", true,
                str(&LaunchOptions::logLevel), "launch's own log level (info)"});
   return t;
@@ -351,6 +359,9 @@ std::string launchUsage() {
 absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env) {
   LaunchOptions o;
+  if (auto it = env.find("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"); it != env.end() && it->second == "1") {
+    o.agentStore = false;
+  }
   auto table = flagTable();
   auto find = [&](const std::string& name) -> const Flag* {
     for (const auto& f : table) {

@@ -59,6 +59,10 @@ struct LaunchOptions {
   std::string sharedDir;
   std::string logLevel;
   bool slurm = true;  // --slurm=auto (default) or off
+  // The workers' c10d store: launch's agent store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE
+  // =True, --worker_store=agent, the default), or rank 0's own TCPStore (rank0; also what
+  // TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 selects, as in torchrun).
+  bool agentStore = true;
 
   // Canonical names (e.g. "--nnodes") of the flags set on the command line or by PET_*.
   std::set<std::string> given;

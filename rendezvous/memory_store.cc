@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "absl/strings/str_join.h"
@@ -13,6 +14,7 @@ namespace {
 constexpr int kOk = 0;
 constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
+constexpr int kNotFound = 5;
 constexpr int kOutOfRange = 11;
 constexpr int kResourceExhausted = 8;
 constexpr int kUnavailable = 14;
@@ -92,6 +94,13 @@ absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& lim
       return absl::OkStatus();
     }
     case pb::StoreRequest::kAppend: return key(req.append().key());
+    case pb::StoreRequest::kQueuePush: {
+      if (auto s = key(req.queue_push().key()); !s.ok()) return s;
+      return value(req.queue_push().key(), req.queue_push().value().size());
+    }
+    case pb::StoreRequest::kQueuePop: return key(req.queue_pop().key());
+    case pb::StoreRequest::kQueueLen: return key(req.queue_len().key());
+    case pb::StoreRequest::kList:
     case pb::StoreRequest::kNumKeys:
     case pb::StoreRequest::kClear:
     case pb::StoreRequest::kInfo:
@@ -175,6 +184,13 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
     fillValues(space, w, resp);
     return false;
   }
+  if (req.no_wait()) {
+    std::vector<std::string> missing;
+    for (const auto& key : w.keys) {
+      if (!present(space, key)) missing.push_back(key);
+    }
+    return fail(resp, kNotFound, fmt::format("missing {}", keyList(missing)));
+  }
   if (waiters_.size() >= limits_.maxWaiters) {
     return fail(resp, kResourceExhausted,
                 fmt::format("{} operations already wait for keys; max_waiters={}",
@@ -196,9 +212,13 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
   return true;
 }
 
+bool MemoryStore::present(const Namespace& space, const std::string& key) {
+  return space.kv.count(key) > 0 || space.queues.count(key) > 0;
+}
+
 bool MemoryStore::allPresent(const Namespace& space, const std::vector<std::string>& keys) const {
   for (const auto& key : keys) {
-    if (!space.kv.count(key)) return false;
+    if (!present(space, key)) return false;
   }
   return true;
 }
@@ -206,11 +226,17 @@ bool MemoryStore::allPresent(const Namespace& space, const std::vector<std::stri
 void MemoryStore::fillValues(const Namespace& space, const Waiter& w,
                              pb::StoreResponse& resp) const {
   resp.set_code(kOk);
+  // A key present only as a queue reads as an empty value (as c10d's libuv server answers).
+  auto valueOf = [&](const std::string& key) -> const std::string& {
+    static const std::string kEmpty;
+    auto it = space.kv.find(key);
+    return it == space.kv.end() ? kEmpty : it->second;
+  };
   if (w.op == pb::StoreRequest::kGet) {
-    resp.set_value(space.kv.at(w.keys.front()));
+    resp.set_value(valueOf(w.keys.front()));
   } else if (w.op == pb::StoreRequest::kMultiGet) {
     auto* values = resp.mutable_values();
-    for (const auto& key : w.keys) values->add_values(space.kv.at(key));
+    for (const auto& key : w.keys) values->add_values(valueOf(key));
   }
 }
 
@@ -238,10 +264,12 @@ bool MemoryStore::cancel(WaiterId id) {
   return detach(id) != nullptr;
 }
 
-void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& ready) {
+void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& ready,
+                             bool onlyOne) {
   auto watch = space.watchers.find(key);
   if (watch == space.watchers.end()) return;
   std::vector<WaiterId> candidates(watch->second.begin(), watch->second.end());
+  std::sort(candidates.begin(), candidates.end());  // the longest waiting first
   for (WaiterId id : candidates) {
     auto it = waiters_.find(id);
     if (it == waiters_.end() || !allPresent(space, it->second.keys)) continue;
@@ -249,6 +277,7 @@ void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& re
     resp.set_id(it->second.requestId);
     fillValues(space, it->second, resp);
     ready.emplace_back(detach(id), std::move(resp));
+    if (onlyOne) return;
   }
 }
 
@@ -388,10 +417,54 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       }
       return;
     }
+    case pb::StoreRequest::kQueuePush: {
+      const auto& op = req.queue_push();
+      size_t bytes = op.key().size() + op.value().size();
+      if (totalBytes_ + bytes > limits_.maxTotalBytes) {
+        fail(resp, kResourceExhausted,
+             fmt::format("store is full: pushing to queue {} needs {} bytes, {} of "
+                         "max_total_bytes={} are in use",
+                         quoted(op.key()), bytes, totalBytes_, limits_.maxTotalBytes));
+        return;
+      }
+      totalBytes_ += bytes;
+      auto& queue = space.queues[op.key()];
+      queue.push_back(op.value());
+      keyArrived(space, op.key(), ready, /*onlyOne=*/true);
+      return;
+    }
+    case pb::StoreRequest::kQueuePop: {
+      const auto& key = req.queue_pop().key();
+      auto it = space.queues.find(key);
+      if (it == space.queues.end()) {
+        resp.set_queue_length(0);
+        return;
+      }
+      resp.set_queue_length(static_cast<int64_t>(it->second.size()));
+      totalBytes_ -= key.size() + it->second.front().size();
+      resp.set_value(std::move(it->second.front()));
+      it->second.pop_front();
+      if (it->second.empty()) space.queues.erase(it);
+      return;
+    }
+    case pb::StoreRequest::kQueueLen: {
+      auto it = space.queues.find(req.queue_len().key());
+      resp.set_number(it == space.queues.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      return;
+    }
+    case pb::StoreRequest::kList: {
+      auto* values = resp.mutable_values();
+      for (const auto& [key, value] : space.kv) values->add_values(key);
+      return;
+    }
     case pb::StoreRequest::kClear: {
       int64_t removed = static_cast<int64_t>(space.kv.size());
       for (const auto& [key, value] : space.kv) totalBytes_ -= key.size() + value.size();
       space.kv.clear();
+      for (const auto& [key, queue] : space.queues) {
+        for (const auto& value : queue) totalBytes_ -= key.size() + value.size();
+      }
+      space.queues.clear();
       resp.set_number(removed);
       if (space.watchers.empty()) spaces_.erase(req.ns());
       return;
@@ -450,7 +523,7 @@ void MemoryStore::timerLoop() {
       std::vector<std::string> missing;
       auto spaceIt = spaces_.find(w.ns);
       for (const auto& key : w.keys) {
-        if (spaceIt == spaces_.end() || !spaceIt->second.kv.count(key)) missing.push_back(key);
+        if (spaceIt == spaces_.end() || !present(spaceIt->second, key)) missing.push_back(key);
       }
       pb::StoreResponse resp;
       resp.set_id(w.requestId);

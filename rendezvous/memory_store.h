@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -82,6 +83,7 @@ class MemoryStore {
   };
   struct Namespace {
     std::unordered_map<std::string, std::string> kv;
+    std::unordered_map<std::string, std::deque<std::string>> queues;  // never empty ones
     std::unordered_map<std::string, std::unordered_set<WaiterId>> watchers;
   };
   using Ready = std::vector<std::pair<Completion, pb::StoreResponse>>;
@@ -92,7 +94,10 @@ class MemoryStore {
             pb::StoreResponse& resp);
   bool setLocked(Namespace& space, const std::string& ns, const std::string& key,
                  std::string value, pb::StoreResponse& resp, Ready& ready);
-  void keyArrived(Namespace& space, const std::string& key, Ready& ready);
+  // Completes the waiters whose keys are now all present: every one, or only the first
+  // (a queue push, whose value one pop takes).
+  void keyArrived(Namespace& space, const std::string& key, Ready& ready, bool onlyOne = false);
+  static bool present(const Namespace& space, const std::string& key);
   bool allPresent(const Namespace& space, const std::vector<std::string>& keys) const;
   void fillValues(const Namespace& space, const Waiter& w, pb::StoreResponse& resp) const;
   Completion detach(WaiterId id);

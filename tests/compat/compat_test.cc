@@ -75,16 +75,81 @@ TEST_F(Compat, DdpTrainingStepIsTheSameUnderLaunchAndTorchrun) {
         std::string suffix = "/attempt_0/" + std::to_string(rank) + "/error.json";
         EXPECT_TRUE(mine.get<std::string>().ends_with(suffix)) << mine;
         EXPECT_TRUE(value.get<std::string>().ends_with(suffix)) << value;
-      } else if (key == "TORCHELASTIC_USE_AGENT_STORE") {
-        // The one documented difference: rank 0's worker hosts the workers' TCPStore, as
-        // under torchrun's c10d rendezvous, since muster's agent store speaks gRPC.
-        EXPECT_EQ(value, "True");
-        EXPECT_EQ(mine, "False");
       } else {
         EXPECT_EQ(mine, value) << key << " for rank " << rank;
       }
     }
   }
+}
+
+// The workers' store lives in the agent, as under torchrun 1.13's static rendezvous: a rank 0
+// that is done early does not take the store away from the others.
+TEST_F(Compat, RankZeroLeavingFirstDoesNotTakeTheStoreAway) {
+  unsetenv("OMP_NUM_THREADS");
+  std::string script = source("tests/compat/agent_store.py");
+  run({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=3",
+       "--master_port=" + std::to_string(freePort()), script, "leave", (dir_ / "torch").string()});
+  run({buildDir() + "/launcher/launch", "--nproc_per_node=3",
+       "--master_port=" + std::to_string(freePort()), script, "leave", (dir_ / "muster").string()});
+  for (int rank = 1; rank < 3; ++rank) {
+    EXPECT_EQ(result("torch", rank)["ok"], true);
+    EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
+  }
+}
+
+// A restarted group gets a fresh key space: attempt 1 does not see attempt 0's keys, under
+// torchrun (its /worker/attempt_N prefix) and under launch (a namespace per round).
+TEST_F(Compat, ARestartedGroupDoesNotSeeTheLastAttemptsKeys) {
+  unsetenv("OMP_NUM_THREADS");
+  std::string script = source("tests/compat/agent_store.py");
+  run({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=2",
+       "--max_restarts=1", "--monitor_interval=0.2", "--master_port=" + std::to_string(freePort()),
+       script, "restart", (dir_ / "torch").string()});
+  run({buildDir() + "/launcher/launch", "--nproc_per_node=2", "--max_restarts=1",
+       "--grace_period=5", "--master_port=" + std::to_string(freePort()), script, "restart",
+       (dir_ / "muster").string()});
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(result("torch", rank)["saw_attempt_0"], false);
+    EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
+  }
+}
+
+// --worker_store=rank0 keeps the old way for scripts that start their own TCPStore on
+// MASTER_PORT (and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 selects it, as in torchrun).
+TEST_F(Compat, Rank0WorkerStoreSwitchLetsAScriptHostItsOwnStore) {
+  std::string body =
+      "import os, datetime, torch.distributed as d\n"
+      "r = int(os.environ['RANK'])\n"
+      "s = d.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), 2, r == 0, "
+      "datetime.timedelta(seconds=30))\n"
+      "s.set(f'k{r}', 'v'); s.wait(['k0', 'k1'])\n"
+      "print(os.environ['TORCHELASTIC_USE_AGENT_STORE'], flush=True)\n";
+  fs::path script = dir_ / "own_store.py";
+  std::ofstream(script) << body;
+  for (std::string how : {"--worker_store=rank0", "env"}) {
+    std::vector<std::string> env = {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + std::string(kPython)};
+    std::vector<std::string> argv = {buildDir() + "/launcher/launch", "--nproc_per_node=2",
+                                     "--master_port=" + std::to_string(freePort())};
+    if (how == "env") {
+      env.push_back("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1");
+    } else {
+      argv.push_back(how);
+    }
+    argv.push_back(script.string());
+    Child c(argv, env);
+    auto exit = c.wait(kRun);
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->code, 0) << how << ": " << c.stderrText();
+    EXPECT_EQ(c.stdoutText(), "False\nFalse\n") << how;
+  }
+  // With the agent store (the default) the port is launch's: the script's own server cannot
+  // bind it, and the message says what to do.
+  Child c({buildDir() + "/launcher/launch", "--nproc_per_node=2",
+           "--master_port=" + std::to_string(freePort()), script.string()},
+          {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + std::string(kPython)});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_NE(exit->code, 0);
 }
 
 TEST_F(Compat, LegacyLaunchPassesLocalRankAsTorchDistributedLaunchDoes) {

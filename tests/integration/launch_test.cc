@@ -130,7 +130,7 @@ TEST_F(LaunchTest, EveryRankGetsTorchrunsVariables) {
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "none");
-    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
     EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
     // OMP_NUM_THREADS was set but empty here: torchrun only fills it in when it is unset.

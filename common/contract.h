@@ -1,0 +1,42 @@
+// The contract between launch and the programs it starts, C++ (the worker library) and Python
+// (through the TCPStore front): where a round's keys live and how the two kinds of client name
+// them. Both sides include this header; nothing else may spell these layouts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace muster::contract {
+
+// The store namespace of one round of a job: "<run id>/<round>". A new round gets a fresh
+// namespace, so no attempt sees its predecessor's keys; launch deletes the old one.
+inline std::string roundNamespace(std::string_view runId, uint64_t round) {
+  return std::string(runId) + "/" + std::to_string(round);
+}
+
+// PyTorch's TCPStore client puts "/" before every key, and torch 1.13's
+// init_process_group("env://") with TORCHELASTIC_USE_AGENT_STORE=True adds the prefix
+// "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>" before that: c10d key K goes on the wire as
+// "//worker/attempt_<N>/K" (1.13) or "/K" (2.x). The store keeps it as "/K" in the round's
+// namespace: the attempt prefix is dropped, since the namespace already names the round, and
+// every node of a round agrees on it even where their restart counts differ. Keys without
+// the leading "/" (TCPStore's own "init/" counter) are kept as they are.
+inline constexpr std::string_view kAttemptPrefix = "//worker/attempt_";
+
+inline std::string storeKeyFromTcpStore(std::string_view wire) {
+  if (wire.substr(0, kAttemptPrefix.size()) == kAttemptPrefix) {
+    size_t digits = kAttemptPrefix.size();
+    while (digits < wire.size() && wire[digits] >= '0' && wire[digits] <= '9') ++digits;
+    if (digits > kAttemptPrefix.size() && digits < wire.size() && wire[digits] == '/') {
+      return std::string(wire.substr(digits));
+    }
+  }
+  return std::string(wire);
+}
+
+// The store key of c10d key K used by a C++ rank (C10dStore): "/K", the key a TCPStore client
+// of the same round stores, so that C++ and Python ranks of one job share keys.
+inline std::string storeKeyFromC10d(std::string_view key) { return "/" + std::string(key); }
+
+}  // namespace muster::contract

@@ -1,0 +1,506 @@
+// TcpStoreFront: one asio loop on a thread of its own; each connection decodes TCPStore
+// requests, runs them on the MemoryStore, and writes the replies back in order.
+#include "rendezvous/tcpstore_front.h"
+
+#include <fmt/format.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_set>
+
+#include "common/contract.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "rendezvous/tcpstore_wire.h"
+
+namespace muster::rendezvous {
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using tcpstore::Op;
+
+namespace {
+
+auto logger() {
+  static auto l = log::get("tcpstore");
+  return l;
+}
+
+constexpr int kNotFound = 5;
+constexpr size_t kReadChunk = 64 * 1024;
+// Stop reading a client whose unread replies pass this: it gets no more work done for it.
+constexpr size_t kMaxPendingOut = 8u << 20;
+
+}  // namespace
+
+class Connection;
+
+class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::Impl> {
+ public:
+  Impl(std::shared_ptr<MemoryStore> memory, FrontOptions options)
+      : memory_(std::move(memory)),
+        options_(std::move(options)),
+        acceptor_(io_),
+        retry_(io_),
+        round_(options_.round) {
+    const StoreLimits& l = memory_->limits();
+    limits_ = {.maxKeyBytes = l.maxKeyBytes + contract::kAttemptPrefix.size() + 24,
+               .maxValueBytes = l.maxValueBytes,
+               .maxKeysPerCall = l.maxKeysPerCall};
+  }
+
+  absl::Status adopt(int fd) {
+    boost::system::error_code ec;
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (ec) {
+      close(fd);
+      return absl::InternalError(fmt::format("TCPStore front: cannot use socket {}: {}", fd,
+                                             ec.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  void run() {
+    accept();
+    thread_ = std::thread([self = shared_from_this()] { self->io_.run(); });
+  }
+
+  void stop() {
+    std::call_once(stopped_, [this] {
+      asio::post(io_, [self = shared_from_this()] { self->closeAll(); });
+      if (thread_.joinable()) {
+        if (thread_.get_id() == std::this_thread::get_id()) {
+          thread_.detach();
+        } else {
+          thread_.join();
+        }
+      }
+    });
+  }
+
+  void accept();
+  void closeAll();
+  void forget(Connection* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(c);
+  }
+  size_t connections() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+  std::string ns() const { return contract::roundNamespace(options_.runId, round_.load()); }
+
+  std::shared_ptr<MemoryStore> memory_;
+  FrontOptions options_;
+  tcpstore::WireLimits limits_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_;
+  std::atomic<uint64_t> round_;
+  std::thread thread_;
+  std::once_flag stopped_;
+  mutable std::mutex mu_;
+  std::unordered_set<Connection*> live_;  // owned by their own handlers; guarded by mu_
+  std::vector<std::weak_ptr<Connection>> all_;  // the loop's thread only
+  bool acceptErrorLogged_ = false;
+};
+
+// One client. Lives as long as a read, a write or a parked wait holds it. Everything runs on
+// the front's loop; a parked wait's completion is posted there.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<TcpStoreFront::Impl> front, tcp::socket socket)
+      : front_(std::move(front)), socket_(std::move(socket)) {
+    boost::system::error_code ec;
+    auto remote = socket_.remote_endpoint(ec);
+    peer_ = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    socket_.set_option(tcp::no_delay(true), ec);
+  }
+
+  void start() { read(); }
+
+  void close(const std::string& why) {
+    if (closed_) return;
+    closed_ = true;
+    if (!why.empty()) logger()->warn("TCPStore client {} closed: {}", peer_, why);
+    withdrawWait();
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    front_->forget(this);
+  }
+
+ private:
+  void read() {
+    if (closed_ || reading_) return;
+    if (out_.size() + writing_.size() > kMaxPendingOut) return;  // resumed when writes drain
+    reading_ = true;
+    size_t old = in_.size();
+    in_.resize(old + kReadChunk);
+    socket_.async_read_some(asio::buffer(in_.data() + old, kReadChunk),
+                            [self = shared_from_this(), old](boost::system::error_code ec, size_t n) {
+                              self->reading_ = false;
+                              self->in_.resize(old + (ec ? 0 : n));
+                              if (ec) {
+                                // EOF or reset: a client that goes away is ordinary.
+                                self->close("");
+                                return;
+                              }
+                              self->process();
+                              self->read();
+                            });
+  }
+
+  void process() {
+    while (!closed_ && head_ < in_.size()) {
+      tcpstore::Request req;
+      auto used = tcpstore::decode(std::string_view(in_).substr(head_), generation_, front_->limits_, req);
+      if (!used.ok()) {
+        close(std::string(used.status().message()));
+        return;
+      }
+      if (*used == 0) break;
+      head_ += *used;
+      handle(req);
+    }
+    if (head_ == in_.size()) {
+      in_.clear();
+      head_ = 0;
+    } else if (head_ > (1u << 20) && head_ > in_.size() / 2) {
+      in_.erase(0, head_);
+      head_ = 0;
+    }
+    flush();
+  }
+
+  // Runs a request that never waits; returns its response (execute answers such requests
+  // before it returns).
+  pb::StoreResponse now(pb::StoreRequest& req) {
+    req.set_ns(front_->ns());
+    std::optional<pb::StoreResponse> got;
+    front_->memory_->execute(req, [&got](pb::StoreResponse&& r) { got = std::move(r); });
+    return got ? std::move(*got) : pb::StoreResponse();
+  }
+
+  bool failed(const pb::StoreResponse& r, Op op) {
+    if (r.code() == 0) return false;
+    close(fmt::format("{} refused: {}", tcpstore::opName(op), r.message()));
+    return true;
+  }
+
+  static std::string key(const std::string& wire) { return contract::storeKeyFromTcpStore(wire); }
+
+  void handle(const tcpstore::Request& q) {
+    pb::StoreRequest req;
+    switch (q.op) {
+      case Op::kValidate:
+        return;
+      case Op::kPing:
+        tcpstore::putU32(out_, q.word);
+        return;
+      case Op::kSet: {
+        auto* op = req.mutable_set();
+        op->set_key(key(q.keys[0]));
+        op->set_value(q.values[0]);
+        failed(now(req), q.op);
+        return;
+      }
+      case Op::kAppend: {
+        auto* op = req.mutable_append();
+        op->set_key(key(q.keys[0]));
+        op->set_value(q.values[0]);
+        failed(now(req), q.op);
+        return;
+      }
+      case Op::kMultiSet: {
+        auto* op = req.mutable_multi_set();
+        for (size_t i = 0; i < q.keys.size(); ++i) {
+          op->add_keys(key(q.keys[i]));
+          op->add_values(q.values[i]);
+        }
+        failed(now(req), q.op);
+        return;
+      }
+      case Op::kQueuePush: {
+        auto* op = req.mutable_queue_push();
+        op->set_key(key(q.keys[0]));
+        op->set_value(q.values[0]);
+        failed(now(req), q.op);
+        return;
+      }
+      case Op::kCompareSet: {
+        auto* op = req.mutable_compare_set();
+        op->set_key(key(q.keys[0]));
+        op->set_expected(q.values[0]);
+        op->set_desired(q.values[1]);
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putBytes(out_, r.value());
+        return;
+      }
+      case Op::kGet: {
+        req.set_no_wait(true);
+        req.mutable_get()->set_key(key(q.keys[0]));
+        auto r = now(req);
+        // A key deleted between the client's WAIT and its GET reads as empty (c10d's libuv
+        // server answers so).
+        if (r.code() == kNotFound) r.set_code(0);
+        if (!failed(r, q.op)) tcpstore::putBytes(out_, r.value());
+        return;
+      }
+      case Op::kMultiGet: {
+        req.set_no_wait(true);
+        auto* op = req.mutable_multi_get();
+        for (const auto& k : q.keys) op->add_keys(key(k));
+        auto r = now(req);
+        if (failed(r, q.op)) return;
+        for (const auto& v : r.values().values()) tcpstore::putBytes(out_, v);
+        return;
+      }
+      case Op::kAdd: {
+        auto* op = req.mutable_add();
+        op->set_key(key(q.keys[0]));
+        op->set_delta(q.number);
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putI64(out_, r.number());
+        return;
+      }
+      case Op::kCheck: {
+        auto* op = req.mutable_check();
+        for (const auto& k : q.keys) op->add_keys(key(k));
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putU8(out_, r.flag() ? tcpstore::kReady : tcpstore::kNotReady);
+        return;
+      }
+      case Op::kNumKeys: {
+        req.mutable_num_keys();
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putI64(out_, r.number());
+        return;
+      }
+      case Op::kDeleteKey: {
+        req.mutable_delete_key()->set_key(key(q.keys[0]));
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putI64(out_, r.number());
+        return;
+      }
+      case Op::kQueuePop: {
+        req.mutable_queue_pop()->set_key(key(q.keys[0]));
+        auto r = now(req);
+        if (failed(r, q.op)) return;
+        tcpstore::putI64(out_, r.queue_length());
+        if (r.queue_length() > 0) tcpstore::putBytes(out_, r.value());
+        return;
+      }
+      case Op::kQueueLen: {
+        req.mutable_queue_len()->set_key(key(q.keys[0]));
+        auto r = now(req);
+        if (!failed(r, q.op)) tcpstore::putI64(out_, r.number());
+        return;
+      }
+      case Op::kList: {
+        req.mutable_list();
+        auto r = now(req);
+        if (failed(r, q.op)) return;
+        tcpstore::putI64(out_, r.values().values_size());
+        for (const auto& k : r.values().values()) tcpstore::putBytes(out_, k);
+        return;
+      }
+      case Op::kWait:
+        wait(q);
+        return;
+      case Op::kCancelWait:
+        cancelWait();
+        return;
+      case Op::kWatchKey:
+        close("WATCH_KEY (torch 1.13's watchKey) is not supported by muster's store");
+        return;
+    }
+  }
+
+  // A client has one WAIT at a time: a new one means it gave up on the last (1.13 times out
+  // without telling the server), which is withdrawn so that no stray reply follows.
+  void wait(const tcpstore::Request& q) {
+    withdrawWait();
+    pb::StoreRequest req;
+    req.set_ns(front_->ns());
+    auto* op = req.mutable_wait();
+    for (const auto& k : q.keys) op->add_keys(key(k));
+    uint64_t seq = ++waitSeq_;
+    struct Slot {
+      std::mutex mu;
+      bool inCall = true;
+      std::optional<pb::StoreResponse> resp;
+    };
+    auto slot = std::make_shared<Slot>();
+    std::weak_ptr<Connection> weak = weak_from_this();
+    asio::io_context& io = front_->io_;
+    auto id = front_->memory_->execute(req, [slot, weak, seq, &io](pb::StoreResponse&& r) {
+      std::unique_lock<std::mutex> lock(slot->mu);
+      if (slot->inCall) {
+        slot->resp = std::move(r);
+        return;
+      }
+      lock.unlock();
+      asio::post(io, [weak, seq, r = std::move(r)] {
+        if (auto self = weak.lock()) self->waitDone(seq, r);
+      });
+    });
+    std::optional<pb::StoreResponse> answered;
+    {
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->inCall = false;
+      answered = std::move(slot->resp);
+    }
+    waiter_ = id;
+    waiting_ = true;
+    if (answered) waitDone(seq, *answered);
+  }
+
+  void waitDone(uint64_t seq, const pb::StoreResponse& r) {
+    if (closed_ || !waiting_ || seq != waitSeq_) return;  // withdrawn meanwhile
+    waiting_ = false;
+    waiter_ = MemoryStore::kNotPending;
+    if (failed(r, Op::kWait)) return;
+    tcpstore::putU8(out_, tcpstore::kStopWaiting);
+    flush();
+  }
+
+  // 2.x: the client's wait timed out. Exactly one WAIT_CANCELED answers; STOP_WAITING comes
+  // before it only if the keys had already arrived (the client reads "00 01" then).
+  void cancelWait() {
+    if (waiting_) {
+      bool withdrawn = waiter_ == MemoryStore::kNotPending || front_->memory_->cancel(waiter_);
+      if (!withdrawn) tcpstore::putU8(out_, tcpstore::kStopWaiting);
+      waiting_ = false;
+      waiter_ = MemoryStore::kNotPending;
+      ++waitSeq_;
+    }
+    tcpstore::putU8(out_, tcpstore::kWaitCanceled);
+  }
+
+  void withdrawWait() {
+    if (!waiting_) return;
+    if (waiter_ != MemoryStore::kNotPending) front_->memory_->cancel(waiter_);
+    waiting_ = false;
+    waiter_ = MemoryStore::kNotPending;
+    ++waitSeq_;
+  }
+
+  void flush() {
+    if (closed_ || writingNow_ || out_.empty()) return;
+    writing_.swap(out_);
+    out_.clear();
+    writingNow_ = true;
+    asio::async_write(socket_, asio::buffer(writing_),
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        self->writingNow_ = false;
+                        self->writing_.clear();
+                        if (ec) {
+                          self->close("");
+                          return;
+                        }
+                        self->flush();
+                        self->read();
+                      });
+  }
+
+  std::shared_ptr<TcpStoreFront::Impl> front_;
+  tcp::socket socket_;
+  std::string peer_;
+  tcpstore::Generation generation_ = tcpstore::Generation::kUnknown;
+  std::string in_;
+  size_t head_ = 0;
+  std::string out_, writing_;
+  bool reading_ = false, writingNow_ = false, closed_ = false;
+  bool waiting_ = false;
+  MemoryStore::WaiterId waiter_ = MemoryStore::kNotPending;
+  uint64_t waitSeq_ = 0;
+};
+
+void TcpStoreFront::Impl::accept() {
+  acceptor_.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
+    if (ec) {
+      // Out of descriptors (EMFILE) and the like: say so once, try again shortly; the
+      // listening socket must never stop being served.
+      if (!self->acceptErrorLogged_) {
+        boost::system::error_code ignored;
+        logger()->error("TCPStore front on port {}: cannot accept: {}; retrying every 100 ms",
+                        self->acceptor_.local_endpoint(ignored).port(), ec.message());
+        self->acceptErrorLogged_ = true;
+      }
+      self->retry_.expires_after(std::chrono::milliseconds(100));
+      self->retry_.async_wait([self](boost::system::error_code e) {
+        if (!e) self->accept();
+      });
+      return;
+    }
+    self->acceptErrorLogged_ = false;
+    bool full = false;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      full = self->live_.size() >= self->options_.maxConnections;
+    }
+    if (full) {
+      logger()->warn("TCPStore front: {} connections already; closing a new one",
+                     self->options_.maxConnections);
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      auto c = std::make_shared<Connection>(self, std::move(socket));
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        self->live_.insert(c.get());
+      }
+      // Drop the weak references of connections that are gone, now and then.
+      if (self->all_.size() > 64 && self->all_.size() % 64 == 0) {
+        std::erase_if(self->all_, [](const auto& w) { return w.expired(); });
+      }
+      self->all_.push_back(c);
+      c->start();
+    }
+    self->accept();
+  });
+}
+
+void TcpStoreFront::Impl::closeAll() {
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  retry_.cancel();
+  for (auto& weak : all_) {
+    if (auto c = weak.lock()) c->close("");
+  }
+  all_.clear();
+  // No io_.stop(): the aborted operations' handlers still run, dropping their connections,
+  // and then run() returns by itself.
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreFront>> TcpStoreFront::start(
+    std::shared_ptr<MemoryStore> memory, int listenFd, FrontOptions options) {
+  if (listenFd < 0) return absl::InvalidArgumentError("TCPStore front: no listening socket");
+  int port = net::boundPort(listenFd);
+  auto impl = std::make_shared<Impl>(std::move(memory), std::move(options));
+  if (auto s = impl->adopt(listenFd); !s.ok()) return s;
+  impl->run();
+  logger()->debug("TCPStore front serving port {} for run '{}'", port, impl->options_.runId);
+  return std::unique_ptr<TcpStoreFront>(new TcpStoreFront(std::move(impl), port));
+}
+
+TcpStoreFront::TcpStoreFront(std::shared_ptr<Impl> impl, int port)
+    : impl_(std::move(impl)), port_(port) {}
+
+TcpStoreFront::~TcpStoreFront() { shutdown(); }
+
+void TcpStoreFront::setRound(uint64_t round) { impl_->round_.store(round); }
+
+size_t TcpStoreFront::connections() const { return impl_->connections(); }
+
+void TcpStoreFront::shutdown() { impl_->stop(); }
+
+}  // namespace muster::rendezvous
