@@ -2,7 +2,8 @@
 // "big MIB": rank 0 sends MIB mebibytes to rank 1, which checks them; "send MIB" / "recv":
 // one transfer from rank 1 to rank 0. The third argument bounds each receive; the start-up
 // probe waits up to 120 s for every rank (LibTorch starts slowly on a loaded machine). Exit 0
-// when every check passed.
+// when every check passed. "store-set KEY VALUE" / "store-get KEY": one call on the job's
+// c10d store (the value printed).
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -24,13 +25,30 @@ int fail(const WorkerEnv& env, const std::string& what) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "all";
-  long mib = argc > 2 ? std::stol(argv[2]) : 1;
-  double timeoutS = argc > 3 ? std::stod(argv[3]) : 60;
+  bool numeric = mode != "store-set" && mode != "store-get";
+  long mib = numeric && argc > 2 ? std::stol(argv[2]) : 1;
+  double timeoutS = numeric && argc > 3 ? std::stod(argv[3]) : 60;
   auto env = WorkerEnv::fromProcess();
   if (!env.ok()) return fail({}, std::string(env.status().message()));
   std::chrono::milliseconds timeout(static_cast<int64_t>(timeoutS * 1000));
   auto store = connectStore(*env, timeout);
   if (!store.ok()) return fail(*env, std::string(store.status().message()));
+  if (mode == "store-set" || mode == "store-get") {
+    // argv: store-set KEY VALUE / store-get KEY: one c10d call, the value printed.
+    if (argc < 3) return fail(*env, "store-set KEY VALUE / store-get KEY");
+    try {
+      if (mode == "store-set") {
+        std::string v = argc > 3 ? argv[3] : "";
+        (*store)->set(argv[2], std::vector<uint8_t>(v.begin(), v.end()));
+      } else {
+        auto v = (*store)->get(argv[2]);
+        std::printf("%s\n", std::string(v.begin(), v.end()).c_str());
+      }
+    } catch (const std::exception& e) {
+      return fail(*env, e.what());
+    }
+    return 0;
+  }
   auto channel = SharedDirChannel::create(*env, *store, {.timeout = timeout, .startTimeout = std::chrono::seconds(120)});
   if (!channel.ok()) return fail(*env, std::string(channel.status().message()));
   auto& c = **channel;
