@@ -131,11 +131,6 @@ Agent::~Agent() = default;
 
 absl::Status Agent::prepare() {
   multiNode_ = options_.maxNodes > 1 || (options_.rdzvBackend != "static" && !options_.standalone);
-  if (multiNode_ && options_.sharedDir.empty() && options_.maxNodes > 1) {
-    return absl::InvalidArgumentError(
-        "a multi-node job needs --shared_dir DIR on a filesystem every node shares (NFS); a "
-        "per-job temporary directory would be local to each node");
-  }
   groupRank_ = 0;
   groupWorldSize_ = 1;
   worldSize_ = options_.localWorldSize * groupWorldSize_;
@@ -191,7 +186,10 @@ absl::Status Agent::prepare() {
                                            baseLogDir_.empty() ? tempRoot(env_) : baseLogDir_));
   }
 
-  if (options_.sharedDir.empty()) {
+  if (options_.sharedDir.empty() && options_.maxNodes > 1) {
+    // Across nodes a per-job temporary directory would be local to each node: the workers get
+    // none, and the channel's create() says to give --shared_dir (a DDP script never asks).
+  } else if (options_.sharedDir.empty()) {
     sharedDir_ = makeTempDir(tempRoot(env_), "muster-shared-");
     ownSharedDir_ = true;
     if (sharedDir_.empty()) return absl::InternalError("cannot create a shared directory");
@@ -242,8 +240,9 @@ absl::Status Agent::prepare() {
   }
 
   if (multiNode_ && options_.agentStore) {
-    // Every node holds a port for the workers' store; the round's group rank 0 serves it.
-    if (auto s = holdWorkerPort("", 0); !s.ok()) return s;
+    // Every node holds a port for the workers' store; the round's group rank 0 serves it. A
+    // one-node job binds only the address its workers use.
+    if (auto s = holdWorkerPort(options_.maxNodes == 1 ? nodeHost_ : "", 0); !s.ok()) return s;
   }
 
   if (!env_.count("OMP_NUM_THREADS") && options_.localWorldSize > 1) {
@@ -277,16 +276,12 @@ absl::Status Agent::prepareMultiNode() {
           "--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT (node 0's address, or a rendezvousd)",
           options_.rdzvBackend));
     }
-    if (options_.rdzvId == "none") {
-      return absl::InvalidArgumentError("--rdzv_backend=c10d needs --rdzv_id=JOB, the same on every node");
-    }
-    auto colon = options_.rdzvEndpoint.rfind(':');
-    host = colon == std::string::npos ? options_.rdzvEndpoint : options_.rdzvEndpoint.substr(0, colon);
-    port = colon == std::string::npos ? 29400 : std::atoi(options_.rdzvEndpoint.substr(colon + 1).c_str());
+    host = options_.rdzvHost;
+    port = options_.rdzvPort;
     auto isHost = options_.rdzvConf.find("is_host");
     hostsStore_ = isHost != options_.rdzvConf.end() ? (isHost->second == "1" || isHost->second == "true" ||
                                                        isHost->second == "True")
-                                                    : isLocalHost(host);
+                                                    : port == 0 || isLocalHost(host);
   }
   auto seconds = [&](const char* key, Millis& out) -> absl::Status {
     auto it = options_.rdzvConf.find(key);
@@ -310,8 +305,10 @@ absl::Status Agent::prepareMultiNode() {
   }
   endpoint_ = rendezvous::joinHostPort(host, port);
   if (hostsStore_) {
+    // Port 0: this node hosts the rendezvous on a free port (a one-node job). A one-node job
+    // binds only the endpoint's own address; others every address.
     rendezvous::ServerOptions server;
-    server.host = "0.0.0.0";
+    server.host = options_.maxNodes == 1 && options_.rdzvBackend != "static" ? host : "0.0.0.0";
     server.port = port;
     server.token = storeToken_;
     auto started = rendezvous::StoreServer::start(server);
@@ -322,6 +319,10 @@ absl::Status Agent::prepareMultiNode() {
       hostsStore_ = false;
     } else {
       store_ = std::move(*started);
+      if (port == 0) {
+        port = store_->port();
+        endpoint_ = rendezvous::joinHostPort(host, port);
+      }
     }
   }
   nodeId_ = fmt::format("{}-{}-{}", hostName(), getpid(), randomHex(2));
@@ -380,9 +381,9 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
       return;
     }
   }
-  logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}:{}", round_,
+  logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}", round_,
                  groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
-                 masterAddr_, masterPort_);
+                 rendezvous::joinHostPort(masterAddr_, masterPort_));
   // Watch before the workers start, so that losing this node is seen through its watch at once.
   rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
                [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
@@ -404,6 +405,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
 }
 
 absl::Status Agent::checkSharedDir() {
+  if (options_.sharedDir.empty()) return absl::OkStatus();  // only a given --shared_dir is probed
   // Group rank 0 writes a probe file into the shared directory; every node must read it back.
   // A "shared" directory that is in fact local to each node fails here, before any worker runs.
   rendezvous::ClientOptions options{.target = endpoint_, .ns = fmt::format("{}/{}/probe", runId_, round_),
@@ -557,7 +559,7 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     e["MUSTER_STORE_ADDR"] = endpoint_;
     e["MUSTER_STORE_NAMESPACE"] = ns;
     if (!storeToken_.empty()) e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
-    e["MUSTER_SHARED_DIR"] = sharedDir_;
+    if (!sharedDir_.empty()) e["MUSTER_SHARED_DIR"] = sharedDir_;
     e["MUSTER_RUN_DIR"] = runDir_;
     e["MUSTER_JOB_ID"] = jobId_;
 
@@ -742,7 +744,7 @@ void Agent::onRoundSettled() {
     ++restartCount_;
     // The new round gets a fresh namespace and channel directory; drop the old ones.
     std::error_code ec;
-    fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
+    if (!sharedDir_.empty()) fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
     if (store_) {
       rendezvous::LocalStore(store_->memory(), contract::roundNamespace(runId_, round_)).clear().IgnoreError();
     }
@@ -905,7 +907,7 @@ int Agent::run() {
   std::error_code ec;
   if (ownSharedDir_) {
     fs::remove_all(sharedDir_, ec);
-  } else if (exitCode_ == 0 && !jobId_.empty()) {
+  } else if (exitCode_ == 0 && !jobId_.empty() && !sharedDir_.empty()) {
     fs::remove_all(fs::path(sharedDir_) / jobId_, ec);  // nothing left after a successful job
   }
   if (exitCode_ == 0 && ownBaseLogDir_) fs::remove_all(baseLogDir_, ec);

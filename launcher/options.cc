@@ -275,6 +275,38 @@ std::vector<Flag> flagTable() {
   return t;
 }
 
+// torchrun's parse_rendezvous_endpoint: HOST, HOST:PORT, [IPV6] or [IPV6]:PORT.
+absl::Status parseEndpoint(LaunchOptions& o) {
+  const std::string& v = o.rdzvEndpoint;
+  const std::string expected = "HOST[:PORT] or [IPV6][:PORT] (e.g. node0:29400, [::1]:29400)";
+  std::string host = v, port;
+  if (!v.empty() && v.front() == '[') {
+    auto close = v.find(']');
+    if (close == std::string::npos) return bad("--rdzv_endpoint", v, expected);
+    host = v.substr(1, close - 1);
+    std::string rest = v.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("--rdzv_endpoint", v, expected);
+      port = rest.substr(1);
+    }
+  } else if (auto colon = v.find(':'); colon != std::string::npos) {
+    if (v.find(':', colon + 1) != std::string::npos) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--rdzv_endpoint={} is invalid; an IPv6 address needs brackets (e.g. [::1]:29400)", v));
+    }
+    host = v.substr(0, colon);
+    port = v.substr(colon + 1);
+  }
+  if (host.empty()) return bad("--rdzv_endpoint", v, expected);
+  o.rdzvHost = host;
+  if (!port.empty()) {
+    auto p = toInt("--rdzv_endpoint", port, 0, expected);
+    if (!p.ok() || *p > 65535) return bad("--rdzv_endpoint", v, "a port 0-65535 after the host");
+    o.rdzvPort = *p;
+  }
+  return absl::OkStatus();
+}
+
 bool isTrue(const std::string& v) { return !v.empty() && v != "0" && v != "false" && v != "False"; }
 
 absl::StatusOr<int> resolveNproc(const std::string& value,
@@ -455,6 +487,16 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
         "--rdzv_backend={} is not supported; expected static, c10d or muster (etcd is not "
         "offered: run rendezvousd and use --rdzv_backend=c10d)",
         o.rdzvBackend));
+  }
+  if (!o.rdzvEndpoint.empty()) {
+    if (auto s = parseEndpoint(o); !s.ok()) return s;
+    if (o.rdzvPort == 0 && o.rdzvBackend != "static" && o.maxNodes > 1) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--rdzv_endpoint={}: port 0 (a free port, hosted here) works for a one-node job only; "
+          "give the port the other nodes can find for --nnodes={}",
+          o.rdzvEndpoint, o.minNodes == o.maxNodes ? std::to_string(o.maxNodes)
+                                                   : fmt::format("{}:{}", o.minNodes, o.maxNodes)));
+    }
   }
   if (o.rdzvBackend == "static" && o.minNodes != o.maxNodes) {
     return absl::InvalidArgumentError(fmt::format(

@@ -28,6 +28,8 @@ struct LaunchOptions {
   // Rendezvous.
   std::string rdzvBackend = "static";
   std::string rdzvEndpoint;
+  std::string rdzvHost;  // rdzvEndpoint parsed: "[::1]:29400" gives "::1" and 29400; a
+  int rdzvPort = 29400;  // missing port is 29400 (torchrun's default); 0 hosts on a free port
   std::string rdzvId = "none";
   std::map<std::string, std::string> rdzvConf;
   bool standalone = false;

@@ -141,6 +141,13 @@ absl::StatusOr<std::unique_ptr<SharedDirChannel>> SharedDirChannel::create(
     options.dir = (fs::temp_directory_path() / fmt::format("muster-channel-{}", getpid())).string();
     own = true;
   }
+  if (options.dir.empty() && env.groupWorldSize > 1) {
+    return absl::FailedPreconditionError(fmt::format(
+        "rank {}: no shared directory: this job spans {} nodes and launch was given no "
+        "--shared_dir; give every node's launch --shared_dir DIR on a filesystem they all "
+        "share (NFS), or pass ChannelOptions::dir",
+        env.rank, env.groupWorldSize));
+  }
   if (options.dir.empty()) {
     return absl::FailedPreconditionError(
         "no shared directory: MUSTER_SHARED_DIR is not set (start the program with launch, or "

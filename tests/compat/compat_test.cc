@@ -183,6 +183,33 @@ TEST_F(Compat, CppAndPythonRanksOfOneJobShareTheStore) {
   EXPECT_NE(c.stdoutText().find("py-value"), std::string::npos) << c.stdoutText();
 }
 
+// torchrun's single-node c10d forms: a free port hosted here (no --rdzv_id: it is "none"),
+// and an IPv6 endpoint. The same DDP step under both, to the bit.
+TEST_F(Compat, RendezvousEndpointFormsRunAsUnderTorchrun) {
+  unsetenv("OMP_NUM_THREADS");
+  for (std::string endpoint : {std::string("localhost:0"), "[::1]:" + std::to_string(freePort())}) {
+    fs::remove_all(dir_ / "torch");
+    fs::remove_all(dir_ / "muster");
+    fs::create_directories(dir_ / "torch");
+    fs::create_directories(dir_ / "muster");
+    std::vector<std::string> flags{"--nproc_per_node=2", "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=" + endpoint};
+    std::vector<std::string> theirs{kPython, source("tests/compat/torchrun_py311.py")};
+    std::vector<std::string> ours{buildDir() + "/launcher/launch"};
+    for (auto* argv : {&theirs, &ours}) {
+      argv->insert(argv->end(), flags.begin(), flags.end());
+      argv->push_back(source("tests/compat/ddp_step.py"));
+      argv->push_back((dir_ / (argv == &theirs ? "torch" : "muster")).string());
+      run(*argv);
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(result("muster", rank)["params"], result("torch", rank)["params"]) << endpoint;
+      EXPECT_EQ(result("muster", rank)["allreduce"], 3.0) << endpoint;
+      EXPECT_EQ(result("muster", rank)["env"]["TORCHELASTIC_RUN_ID"], "none") << endpoint;
+    }
+  }
+}
+
 TEST_F(Compat, LegacyLaunchPassesLocalRankAsTorchDistributedLaunchDoes) {
   unsetenv("OMP_NUM_THREADS");
   run({kPython, source("tests/compat/torchrun_py311.py"), "--legacy", "--nproc_per_node=2",

@@ -44,8 +44,10 @@ class MultiNode : public ::testing::Test {
     return script("r=${MUSTER_STORE_NAMESPACE##*/}\nenv > " + (dir_ / "env_").string() +
                   "${r}_$RANK\n" + then);
   }
-  std::unique_ptr<Child> node(std::vector<std::string> flags, const std::string& program) {
-    std::vector<std::string> argv{buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
+  std::unique_ptr<Child> node(std::vector<std::string> flags, const std::string& program,
+                              bool sharedDir = true) {
+    std::vector<std::string> argv{buildDir() + "/launcher/launch"};
+    if (sharedDir) argv.insert(argv.end(), {"--shared_dir", (dir_ / "shared").string()});
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.push_back(program);
     return std::make_unique<Child>(argv);
@@ -118,6 +120,28 @@ TEST_F(MultiNode, SharedDirThatIsLocalToEachNodeIsCaughtBeforeWorkersStart) {
       << b->stderrText();
   EXPECT_FALSE(fs::exists(dir_ / "ran_0")) << "no worker may start";
   EXPECT_FALSE(fs::exists(dir_ / "ran_1"));
+}
+
+// A plain two-node job needs no --shared_dir (a DDP script never uses it); the channel's
+// create() then fails at once on every rank, naming the flag.
+TEST_F(MultiNode, TwoNodesWithoutSharedDirRunAndTheChannelNamesTheFlag) {
+  std::string w = recorder();
+  auto a = node(staticFlags(2, 0, 1), w, false);
+  auto b = node(staticFlags(2, 1, 1), w, false);
+  EXPECT_EQ(a->wait(kRun)->code, 0) << a->stderrText();
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stderrText();
+  EXPECT_EQ(env(0, 1).count("MUSTER_SHARED_DIR"), 0u);
+  EXPECT_EQ(env(0, 1)["WORLD_SIZE"], "2");
+  std::string tool = buildDir() + "/tests/integration/channel_tool";
+  auto c = node(staticFlags(2, 0, 1), tool, false);
+  auto d = node(staticFlags(2, 1, 1), tool, false);
+  ASSERT_EQ(c->wait(kRun)->code, 1);
+  ASSERT_EQ(d->wait(kRun)->code, 1);
+  for (auto* n : {c.get(), d.get()}) {
+    EXPECT_NE(n->stderrText().find("this job spans 2 nodes and launch was given no --shared_dir"),
+              std::string::npos)
+        << n->stderrText();
+  }
 }
 
 TEST_F(MultiNode, StaticThreeNodes) {
@@ -282,13 +306,16 @@ class NetnsHosts : public MultiNode {
     net_.remove();
     MultiNode::TearDown();
   }
-  std::unique_ptr<Child> hostNode(int h, std::vector<std::string> flags, std::vector<std::string> program) {
+  std::unique_ptr<Child> hostNode(int h, std::vector<std::string> flags, std::vector<std::string> program,
+                                  bool sharedDir = true, std::vector<std::string> env = {}) {
     std::vector<std::string> argv{"/usr/bin/nsenter", "--net=" + net_.path(h), "--",
-                                  buildDir() + "/launcher/launch", "--shared_dir", (dir_ / "shared").string()};
+                                  buildDir() + "/launcher/launch"};
+    if (sharedDir) argv.insert(argv.end(), {"--shared_dir", (dir_ / "shared").string()});
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
     // No GLOO_SOCKET_IFNAME: the workers find their address on the route to the master.
-    return std::make_unique<Child>(argv, std::vector<std::string>{});
+    env.insert(env.end(), {"PYTHON_EXEC=/usr/bin/python3", "OMP_NUM_THREADS=1"});
+    return std::make_unique<Child>(argv, env);
   }
   testing::NetnsNetwork net_{"mh", 214};
 };
@@ -309,6 +336,33 @@ TEST_F(NetnsHosts, TwoHostsRunGlooCollectivesAcrossTheirOwnAddresses) {
   EXPECT_NE(a->stdoutText().find("self-check passed: 4 rank(s), gloo"), std::string::npos) << a->stdoutText();
   // The workers' store is group rank 0's own address, reachable from the other host.
   EXPECT_NE(b->stderrText().find("workers' store at " + master + ":"), std::string::npos) << b->stderrText();
+}
+
+// An unmodified PyTorch DDP script on two hosts, as a torchrun user starts it: no
+// --shared_dir, the workers' store in node 0's launch at --master_addr.
+TEST_F(NetnsHosts, TwoHostsRunAnUnmodifiedDdpScriptWithTheAgentStore) {
+  std::string master = net_.address(1);
+  auto flags = [&](int rank) {
+    return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
+                                    "--master_addr=" + master, "--master_port=" + std::to_string(port_)};
+  };
+  fs::create_directories(dir_ / "out");
+  std::vector<std::string> ddp{testing::sourceDir() + "/tests/compat/ddp_step.py", (dir_ / "out").string()};
+  // PyTorch's Gloo finds its address by the host's name unless told the interface (as under
+  // torchrun); these hosts' names resolve to loopback.
+  auto a = hostNode(1, flags(0), ddp, false, {"GLOO_SOCKET_IFNAME=" + net_.interfaceName(1)});
+  auto b = hostNode(2, flags(1), ddp, false, {"GLOO_SOCKET_IFNAME=" + net_.interfaceName(2)});
+  auto ea = a->wait(kRun), eb = b->wait(kRun);
+  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  EXPECT_EQ(ea->code, 0) << a->stdoutText() << a->stderrText();
+  EXPECT_EQ(eb->code, 0) << b->stdoutText() << b->stderrText();
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir_ / "out" / (std::to_string(r) + ".json"));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\"TORCHELASTIC_USE_AGENT_STORE\": \"True\""), std::string::npos) << text;
+    EXPECT_NE(text.find("\"allreduce\": 3.0"), std::string::npos) << text;
+    EXPECT_NE(text.find("\"MASTER_ADDR\": \"" + master + "\""), std::string::npos) << text;
+  }
 }
 
 }  // namespace

@@ -60,6 +60,8 @@ class NetnsNetwork {
   std::string path(int host) const { return "/run/netns/" + name(host); }
   std::string bridgePath() const { return "/run/netns/" + bridgeName(); }
   std::string address(int host) const { return subnet_ + "." + std::to_string(host); }
+  // The host's interface on the bridge (inside its namespace).
+  std::string interfaceName(int host) const { return tag_ + "v" + std::to_string(host); }
   const std::string& subnet() const { return subnet_; }
 
  private:
