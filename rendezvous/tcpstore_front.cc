@@ -94,7 +94,15 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
-  std::string ns() const { return contract::roundNamespace(options_.runId, round_.load()); }
+  // The namespace of the current round; `cached` is reused while the round is the same.
+  const std::string& ns(uint64_t& cachedRound, std::string& cached) const {
+    uint64_t r = round_.load(std::memory_order_relaxed);
+    if (cached.empty() || r != cachedRound) {
+      cached = contract::roundNamespace(options_.runId, r);
+      cachedRound = r;
+    }
+    return cached;
+  }
 
   std::shared_ptr<MemoryStore> memory_;
   FrontOptions options_;
@@ -182,7 +190,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Runs a request that never waits; returns its response (execute answers such requests
   // before it returns).
   pb::StoreResponse now(pb::StoreRequest& req) {
-    req.set_ns(front_->ns());
+    req.set_ns(ns());
     std::optional<pb::StoreResponse> got;
     front_->memory_->execute(req, [&got](pb::StoreResponse&& r) { got = std::move(r); });
     return got ? std::move(*got) : pb::StoreResponse();
@@ -195,6 +203,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   static std::string key(const std::string& wire) { return contract::storeKeyFromTcpStore(wire); }
+  const std::string& ns() { return front_->ns(nsRound_, ns_); }
 
   void handle(const tcpstore::Request& q) {
     pb::StoreRequest req;
@@ -328,9 +337,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void wait(const tcpstore::Request& q) {
     withdrawWait();
     pb::StoreRequest req;
-    req.set_ns(front_->ns());
     auto* op = req.mutable_wait();
     for (const auto& k : q.keys) op->add_keys(key(k));
+    // Most waits find their keys (every get is a WAIT then a GET): answer those at once.
+    req.set_no_wait(true);
+    auto quick = now(req);
+    if (quick.code() == 0) {
+      tcpstore::putU8(out_, tcpstore::kStopWaiting);
+      return;
+    }
+    if (quick.code() != kNotFound && failed(quick, Op::kWait)) return;
+    req.set_no_wait(false);
     uint64_t seq = ++waitSeq_;
     struct Slot {
       std::mutex mu;
@@ -421,6 +438,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool waiting_ = false;
   MemoryStore::WaiterId waiter_ = MemoryStore::kNotPending;
   uint64_t waitSeq_ = 0;
+  uint64_t nsRound_ = 0;
+  std::string ns_;
 };
 
 void TcpStoreFront::Impl::accept() {
