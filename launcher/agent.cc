@@ -9,9 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -21,7 +24,10 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "launcher/events.h"
+#include "launcher/numa.h"
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
 
@@ -349,6 +355,7 @@ void Agent::startJoin() {
   req.set_join_timeout_ms(static_cast<uint64_t>(joinTimeout_.count()));
   req.set_keep_alive_ms(static_cast<uint64_t>(keepAliveInterval_.count() * keepAliveMaxAttempt_));
   if (joinThread_.joinable()) joinThread_.join();
+  joinStarted_ = std::chrono::steady_clock::now();
   joinThread_ = std::thread([this, req] {
     auto result = rdzv_->join(req, deadlineAfter(joinTimeout_ + Millis(5000)));
     asio::post(io_, [this, result] { onJoined(result); });
@@ -373,6 +380,12 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   masterPort_ = a.master_port();
   localDone_ = false;
   remote_ = Remote::kNone;
+  {
+    ElasticEvent e;
+    e.state = "RENDEZVOUS";
+    e.durationMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count();
+    emit(e);
+  }
   if (groupRank_ == 0 && options_.agentStore) {
     if (auto s = serveWorkerStore(); !s.ok()) {
       std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
@@ -523,6 +536,7 @@ void Agent::onRemoteError(const std::string& why) {
 
 std::vector<WorkerSpec> Agent::roundSpecs() {
   std::vector<WorkerSpec> specs;
+  numaError_.clear();
   fs::path attemptDir = fs::path(runDir_) / fmt::format("attempt_{}", round_);
   std::string ns = contract::roundNamespace(runId_, round_);
   for (int local = 0; local < options_.localWorldSize; ++local) {
@@ -535,6 +549,16 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     spec.env = env_;
     auto& e = spec.env;
     e["LOCAL_RANK"] = std::to_string(local);
+    if (options_.virtualLocalRank) {
+      // Each worker sees its own device as device 0 (torchrun's --virtual-local-rank).
+      e["LOCAL_RANK"] = "0";
+      std::string device = std::to_string(local);
+      if (auto it = env_.find("CUDA_VISIBLE_DEVICES"); it != env_.end()) {
+        std::vector<std::string> devices = absl::StrSplit(it->second, ',');
+        device = std::string(absl::StripAsciiWhitespace(devices.at(static_cast<size_t>(local))));
+      }
+      e["CUDA_VISIBLE_DEVICES"] = device;
+    }
     e["RANK"] = std::to_string(spec.globalRank);
     e["GROUP_RANK"] = std::to_string(groupRank_);
     e["ROLE_RANK"] = std::to_string(spec.globalRank);
@@ -570,9 +594,27 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     if (redirect.out || tee.out) spec.stdoutFile = (rankDir / "stdout.log").string();
     if (redirect.err || tee.err) spec.stderrFile = (rankDir / "stderr.log").string();
     if (options_.prefixOutput || tee.out || tee.err) {
-      spec.prefix = fmt::format("[{}{}]:", options_.role, local);
+      spec.prefix = linePrefix(local, spec.globalRank);
+    }
+    if (shown && options_.duplicateStdout && tee.out) {
+      spec.filteredStdoutFile = (attemptDir / "filtered_stdout.log").string();
+      spec.stdoutFilters = options_.duplicateStdoutFilters;
+    }
+    if (shown && options_.duplicateStderr && tee.err) {
+      spec.filteredStderrFile = (attemptDir / "filtered_stderr.log").string();
+      spec.stderrFilters = options_.duplicateStderrFilters;
     }
     spec.argv = command_;
+    if (!options_.numaBinding.empty()) {
+      // As torchrun: the worker runs under numactl, on the CPUs near GPU <local rank>.
+      auto cpus = numaCpusForGpu({.mode = options_.numaBinding, .gpu = local}, env_);
+      if (!cpus.ok()) {
+        numaError_ = std::string(cpus.status().message());
+      } else {
+        std::string numactl = findExecutable("numactl", env_.count("PATH") ? env_.at("PATH") : "/usr/bin:/bin");
+        spec.argv.insert(spec.argv.begin(), {numactl, "--physcpubind=" + *cpus});
+      }
+    }
     for (auto& arg : spec.argv) {
       for (size_t pos; (pos = arg.find("${local_rank}")) != std::string::npos;) {
         arg.replace(pos, 13, std::to_string(local));
@@ -583,16 +625,52 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
   return specs;
 }
 
+std::string Agent::linePrefix(int localRank, int globalRank) const {
+  if (options_.logLinePrefixTemplate.empty()) return fmt::format("[{}{}]:", options_.role, localRank);
+  // Python's Template.safe_substitute: ${name} and $name; unknown names stay as written.
+  std::map<std::string, std::string> values{{"role_name", options_.role},
+                                            {"local_rank", std::to_string(localRank)},
+                                            {"rank", std::to_string(globalRank)},
+                                            {"hostname", hostName()}};
+  const std::string& t = options_.logLinePrefixTemplate;
+  std::string out;
+  for (size_t i = 0; i < t.size();) {
+    if (t[i] == '$' && i + 1 < t.size() && t[i + 1] == '$') {
+      out += '$';
+      i += 2;
+      continue;
+    }
+    if (t[i] == '$') {
+      bool braced = i + 1 < t.size() && t[i + 1] == '{';
+      size_t start = i + (braced ? 2 : 1), end = start;
+      while (end < t.size() && (std::isalnum(static_cast<unsigned char>(t[end])) || t[end] == '_')) ++end;
+      std::string name = t.substr(start, end - start);
+      bool closed = !braced || (end < t.size() && t[end] == '}');
+      auto it = values.find(name);
+      if (!name.empty() && closed && it != values.end()) {
+        out += it->second;
+        i = end + (braced ? 1 : 0);
+        continue;
+      }
+    }
+    out += t[i++];
+  }
+  return out;
+}
+
 absl::Status Agent::startRound() {
   stopping_ = Stopping::kNo;
   group_ = std::make_unique<WorkerGroup>(io_, reaper_,
                                          [this](const WorkerState& w) { onWorkerExit(w); });
   group_->onSettled([this] { onRoundSettled(); });
   roundStarted_ = std::chrono::steady_clock::now();
-  auto status = group_->start(roundSpecs());
+  auto specs = roundSpecs();
+  if (!numaError_.empty()) return absl::FailedPreconditionError(numaError_);
+  auto status = group_->start(std::move(specs));
   if (!status.ok()) return status;
   std::string pids;
   for (const auto& w : group_->workers()) pids += (pids.empty() ? "" : ",") + std::to_string(w->pid);
+  emitWorkerEvents();
   logger()->info("round {}: started {} workers of world size {} (pids {}); run {}, logs in {}",
                  restartCount_, group_->workers().size(), worldSize_, pids, runId_, runDir_);
   return absl::OkStatus();
@@ -664,6 +742,7 @@ void Agent::stopGroup(int sig, const std::string& why) {
 void Agent::onRoundSettled() {
   graceTimer_.cancel();
   drainTimer_.cancel();
+  emitWorkerEvents();
   double roundSecs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - roundStarted_).count();
   if (stopping_ == Stopping::kNo) {
@@ -821,7 +900,55 @@ void Agent::printFailureReport() const {
   std::fflush(stderr);
 }
 
+void Agent::emit(ElasticEvent e) const {
+  if (options_.eventLogHandler != "console") return;
+  e.runId = runId_;
+  e.role = options_.role;
+  e.hostname = fqdn();
+  e.rdzvBackend = options_.rdzvBackend;
+  e.agentRestarts = restartCount_;
+  e.entryPoint = fs::path(command_.empty() ? "" : command_[0]).filename().string();
+  if (!e.groupRank) e.groupRank = groupRank_;
+  if (!e.groupWorldSize) e.groupWorldSize = groupWorldSize_;
+  e.totalRunTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched_).count();
+  std::string line = eventLine(e) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+void Agent::emitWorkerEvents() const {
+  if (options_.eventLogHandler != "console" || !group_) return;
+  for (const auto& w : group_->workers()) {
+    ElasticEvent e;
+    e.fromWorker = true;
+    e.globalRank = w->spec.globalRank;
+    e.localRank = w->spec.localRank;
+    e.roleWorldSize = worldSize_;
+    e.workerPid = w->pid;
+    if (w->exit) {
+      const WorkerExit& x = *w->exit;
+      e.exitCode = x.signal != 0 ? -x.signal : x.code;
+      bool ours = stopping_ != Stopping::kNo && w->spec.localRank != rootLocalRank_ &&
+                  (x.signal == SIGTERM || x.signal == SIGKILL || x.code == 128 + SIGTERM);
+      e.state = x.code == 0 && x.signal == 0 ? "SUCCEEDED" : ours ? "TERMINATED" : "FAILED";
+      if (e.state == "FAILED" && fs::exists(w->spec.errorFile)) {
+        std::ifstream in(w->spec.errorFile);
+        e.rawError = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      }
+    } else {
+      e.state = "START";
+    }
+    emit(e);
+  }
+}
+
 void Agent::finish(int code) {
+  if (stopping_ != Stopping::kDone) {
+    ElasticEvent e;
+    e.state = code == 0 ? "SUCCEEDED" : "FAILED";
+    if (code != 0) e.rawError = fmt::format("launch exits with code {}", code);
+    emit(e);
+  }
   exitCode_ = code;
   stopping_ = Stopping::kDone;
   signals_.cancel();
@@ -835,7 +962,9 @@ void Agent::armSignals() {
     if (ec) return;
     if (sig == SIGCHLD) {
       if (group_) group_->reap();
-    } else if (sig == SIGUSR1 || sig == SIGUSR2) {
+    } else if ((sig == SIGUSR1 || sig == SIGUSR2) &&
+               std::find(options_.stopSignals.begin(), options_.stopSignals.end(), sig) ==
+                   options_.stopSignals.end()) {
       // Notices, not stops (Slurm's --signal=USR1@SECONDS before preemption or the time
       // limit): pass them on and keep going; the workers decide (checkpoint, exit).
       if (group_ && !group_->allExited()) {
@@ -868,19 +997,17 @@ void Agent::armSignals() {
 }
 
 int Agent::run() {
+  launched_ = std::chrono::steady_clock::now();
   // The guard first: it must be forked before any thread starts (the store's are next).
   if (auto s = reaper_.start(); !s.ok()) {
     logger()->error("cannot start the orphan guard: {}", std::string(s.message()));
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
-  signals_.add(SIGINT);
-  signals_.add(SIGTERM);
-  signals_.add(SIGHUP);
-  signals_.add(SIGQUIT);
-  signals_.add(SIGUSR1);
-  signals_.add(SIGUSR2);
-  signals_.add(SIGCHLD);
+  // --signals_to_handle stop the job; SIGUSR1/2 are notices unless listed there.
+  std::set<int> caught(options_.stopSignals.begin(), options_.stopSignals.end());
+  caught.insert({SIGUSR1, SIGUSR2, SIGCHLD});
+  for (int sig : caught) signals_.add(sig);
   armSignals();
   auto prepared = prepare();
   if (!prepared.ok()) {
@@ -890,6 +1017,10 @@ int Agent::run() {
   if (multiNode_) {
     startJoin();
   } else {
+    ElasticEvent e;
+    e.state = "RENDEZVOUS";
+    e.durationMs = 0.0;
+    emit(e);
     auto started = startRound();
     if (!started.ok()) {
       std::fprintf(stderr, "launch: %s\n", std::string(started.message()).c_str());

@@ -20,6 +20,8 @@
 
 namespace muster::launcher {
 
+struct ElasticEvent;
+
 // Lifetime: run() once. Thread-safety: run() owns the calling thread; everything happens on
 // its io_context.
 class Agent {
@@ -59,6 +61,9 @@ class Agent {
   // Multi-node: every node must see a file node 0 writes in --shared_dir.
   absl::Status checkSharedDir();
   std::vector<WorkerSpec> roundSpecs();
+  // The console prefix of a worker's lines: torchrun's "[<role><local rank>]:", or the
+  // --log_line_prefix_template filled in.
+  std::string linePrefix(int localRank, int globalRank) const;
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);
   void onRoundSettled();
@@ -69,6 +74,10 @@ class Agent {
   absl::Status serveWorkerStore();
   void armSignals();
   void printFailureReport() const;
+  // --event_log_handler=console: one torchelastic event line on stderr.
+  void emit(struct ElasticEvent e) const;
+  // Every worker's START (running) or end (SUCCEEDED, FAILED, TERMINATED) event.
+  void emitWorkerEvents() const;
   Failure describe(const WorkerState& worker) const;
 
   LaunchOptions options_;
@@ -132,6 +141,8 @@ class Agent {
   std::chrono::steady_clock::time_point stopStarted_;
   std::chrono::steady_clock::time_point roundStarted_;
   int exitCode_ = 1;
+  std::string numaError_;  // why --numa_binding could not bind this round
+  std::chrono::steady_clock::time_point launched_, joinStarted_;
 };
 
 }  // namespace muster::launcher

@@ -11,9 +11,13 @@
 
 #include <cmath>
 #include <dirent.h>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "launcher/slurm.h"
 
@@ -85,6 +89,8 @@ int countCpus() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }
+
+bool sig2str_compatible(const std::string& abbrev, int& sig);
 
 std::vector<Flag> flagTable() {
   std::vector<Flag> t;
@@ -270,6 +276,80 @@ std::vector<Flag> flagTable() {
                },
                "agent (default): launch serves the workers' TCPStore on MASTER_PORT "
                "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0's worker hosts its own"});
+  t.push_back({{"--signals_to_handle", "--signals-to-handle"}, "PET_SIGNALS_TO_HANDLE", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 const std::string expected =
+                     "signal names separated by commas (e.g. SIGTERM,SIGINT,SIGUSR1)";
+                 o.stopSignals.clear();
+                 for (absl::string_view part : absl::StrSplit(v, ',')) {
+                   std::string name(absl::StripAsciiWhitespace(part));
+                   int sig = 0;
+                   if (name.rfind("SIG", 0) == 0 && sig2str_compatible(name.substr(3), sig)) {
+                     if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+                       return bad("--signals_to_handle", v, "signals launch can catch (" + name +
+                                                                " cannot be handled)");
+                     }
+                     o.stopSignals.push_back(sig);
+                   } else {
+                     return bad("--signals_to_handle", v, expected + "; '" + name + "' is none");
+                   }
+                 }
+                 return absl::OkStatus();
+               },
+               "signals that stop the job, forwarded to every worker (default "
+               "SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/2 not listed are forwarded as notices"});
+  t.push_back({{"--shutdown_timeout", "--shutdown-timeout"}, "PET_SHUTDOWN_TIMEOUT", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 auto s = toSeconds("--shutdown_timeout", v);
+                 if (!s.ok()) return s.status();
+                 o.gracePeriodS = *s;
+                 return absl::OkStatus();
+               },
+               "seconds between the stop signal and SIGKILL (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; "
+               "default 30; as --grace_period)"});
+  t.push_back({{"--virtual_local_rank", "--virtual-local-rank"}, "PET_VIRTUAL_LOCAL_RANK", false,
+               flag(&LaunchOptions::virtualLocalRank),
+               "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES narrowed to its own device"});
+  t.push_back({{"--event_log_handler", "--event-log-handler"}, "PET_EVENT_LOG_HANDLER", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 if (v != "null" && v != "console" && v != "dynamic_rendezvous") {
+                   return bad("--event_log_handler", v, "null, console or dynamic_rendezvous");
+                 }
+                 o.eventLogHandler = v;
+                 return absl::OkStatus();
+               },
+               "console: one JSON line on stderr per agent and worker event, as torchelastic's"});
+  t.push_back({{"--duplicate_stdout_filters", "--duplicate-stdout-filters"},
+               "PET_DUPLICATE_STDOUT_FILTERS", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 o.duplicateStdoutFilters = commaSeparatedList(v);
+                 o.duplicateStdout = true;
+                 return absl::OkStatus();
+               },
+               "copy tee'd stdout lines containing any of these (a,b; ',,' is a comma) to "
+               "attempt_N/filtered_stdout.log"});
+  t.push_back({{"--duplicate_stderr_filters", "--duplicate-stderr-filters"},
+               "PET_DUPLICATE_STDERR_FILTERS", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 o.duplicateStderrFilters = commaSeparatedList(v);
+                 o.duplicateStderr = true;
+                 return absl::OkStatus();
+               },
+               "the same for stderr, to attempt_N/filtered_stderr.log"});
+  t.push_back({{"--numa_binding", "--numa-binding"}, "", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 if (v != "node" && v != "socket" && v != "exclusive" && v != "core-complex") {
+                   return bad("--numa_binding", v, "node, socket, exclusive or core-complex");
+                 }
+                 o.numaBinding = v;
+                 return absl::OkStatus();
+               },
+               "bind each worker to the CPUs near its GPU (node, socket, exclusive, "
+               "core-complex); needs GPUs and numactl"});
+  t.push_back({{"--log_line_prefix_template", "--log-line-prefix-template"},
+               "PET_LOG_LINE_PREFIX_TEMPLATE", true, str(&LaunchOptions::logLinePrefixTemplate),
+               "console line prefix: ${role_name} ${local_rank} ${rank} ${hostname} "
+               "(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"});
   t.push_back({{"--log_level", "--log-level"}, "MUSTER_LOG_LEVEL", true,
                str(&LaunchOptions::logLevel), "launch's own log level (info)"});
   return t;
@@ -307,6 +387,18 @@ absl::Status parseEndpoint(LaunchOptions& o) {
   return absl::OkStatus();
 }
 
+// "TERM" -> SIGTERM, as Python's signal module names them.
+bool sig2str_compatible(const std::string& abbrev, int& sig) {
+  for (int s = 1; s < NSIG; ++s) {
+    const char* name = sigabbrev_np(s);
+    if (name != nullptr && abbrev == name) {
+      sig = s;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool isTrue(const std::string& v) { return !v.empty() && v != "0" && v != "false" && v != "False"; }
 
 absl::StatusOr<int> resolveNproc(const std::string& value,
@@ -321,11 +413,21 @@ absl::StatusOr<int> resolveNproc(const std::string& value,
     }
     return gpus;
   }
+  if (value == "xpu") {
+    int xpus = countXpus(env);
+    if (xpus == 0) {
+      return absl::InvalidArgumentError(
+          "--nproc_per_node=xpu: this host has no usable Intel GPU (no /dev/dri render node of "
+          "an Intel device with the i915 or xe driver, or ZE_AFFINITY_MASK is empty); use a "
+          "number, cpu or gpu");
+    }
+    return xpus;
+  }
   if (value == "auto") {
     int gpus = countGpus(env);
     return gpus > 0 ? gpus : countCpus();
   }
-  auto n = toInt("--nproc_per_node", value, 1, "an integer >= 1, gpu, cpu or auto");
+  auto n = toInt("--nproc_per_node", value, 1, "an integer >= 1, gpu, xpu, cpu or auto");
   if (!n.ok()) return n.status();
   return *n;
 }
@@ -355,6 +457,40 @@ int countGpus(const std::map<std::string, std::string>& env) {
     closedir(dir);
   }
   return n;
+}
+
+int countXpus(const std::map<std::string, std::string>& env) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/sys/class/drm", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("renderD", 0) != 0) continue;
+    std::ifstream vendor(entry.path() / "device" / "vendor");
+    std::string id;
+    vendor >> id;
+    auto driver = std::filesystem::read_symlink(entry.path() / "device" / "driver", ec).filename().string();
+    if (id == "0x8086" && (driver == "i915" || driver == "xe")) ++n;
+  }
+  if (auto it = env.find("ZE_AFFINITY_MASK"); it != env.end()) {
+    std::vector<std::string> listed = absl::StrSplit(it->second, ',', absl::SkipEmpty());
+    n = std::min(n, static_cast<int>(listed.size()));
+  }
+  return n;
+}
+
+std::vector<std::string> commaSeparatedList(const std::string& value) {
+  const std::string placeholder = std::string(1, '\0');
+  std::string v = value;
+  for (size_t pos; (pos = v.find(",,")) != std::string::npos;) v.replace(pos, 2, placeholder);
+  std::vector<std::string> out;
+  for (absl::string_view part : absl::StrSplit(v, ',')) {
+    std::string item(part);
+    for (char& c : item) {
+      if (c == '\0') c = ',';
+    }
+    out.push_back(item);
+  }
+  return out;
 }
 
 StdSpec LaunchOptions::redirectFor(int localRank) const {
@@ -393,6 +529,19 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
   LaunchOptions o;
   if (auto it = env.find("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"); it != env.end() && it->second == "1") {
     o.agentStore = false;
+  }
+  o.stopSignals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // torchrun's lower-precedence defaults: flags and PET_* override them.
+  if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end()) {
+    auto s = toSeconds("--shutdown_timeout", it->second);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{} (from TORCH_ELASTIC_SHUTDOWN_TIMEOUT={})", std::string(s.status().message()), it->second));
+    }
+    o.gracePeriodS = *s;
+  }
+  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    o.logLinePrefixTemplate = it->second;
   }
   auto table = flagTable();
   auto find = [&](const std::string& name) -> const Flag* {
@@ -468,6 +617,33 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
   auto nproc = resolveNproc(o.nprocPerNode, env);
   if (!nproc.ok()) return nproc.status();
   o.localWorldSize = *nproc;
+  if (o.virtualLocalRank) {
+    if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
+      std::vector<std::string> devices = absl::StrSplit(it->second, ',');
+      if (static_cast<int>(devices.size()) < o.localWorldSize) {
+        return absl::InvalidArgumentError(fmt::format(
+            "--virtual_local_rank gives each worker one device of CUDA_VISIBLE_DEVICES={}, but "
+            "it lists {} for {} workers per node",
+            it->second, devices.size(), o.localWorldSize));
+      }
+    }
+  }
+  if (!o.numaBinding.empty()) {
+    if (countGpus(env) == 0) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--numa_binding={} binds each worker to the CPUs near its GPU (local rank N -> GPU N), "
+          "but this host has no usable GPU (no /dev/nvidiaN, or CUDA_VISIBLE_DEVICES is empty); "
+          "drop the flag, or bind CPU workers yourself (numactl, taskset)",
+          o.numaBinding));
+    }
+    std::string path = env.count("PATH") ? env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
+    if (findExecutable("numactl", path).empty()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--numa_binding={} runs each worker under numactl, which is not on PATH (apt-get "
+          "install numactl)",
+          o.numaBinding));
+    }
+  }
   if (o.standalone) {
     o.rdzvBackend = "c10d";
     o.minNodes = o.maxNodes = 1;

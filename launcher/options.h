@@ -56,8 +56,21 @@ struct LaunchOptions {
   std::map<int, StdSpec> tee;
   std::optional<std::set<int>> localRanksFilter;
   bool prefixOutput = false;
+  // torchrun 2.x.
+  // Signals that stop the job, forwarded to every worker's process group (--signals_to_handle;
+  // torchrun's default SIGTERM,SIGINT,SIGHUP,SIGQUIT). SIGUSR1/SIGUSR2 not listed here are
+  // forwarded as notices and the job goes on (Slurm's --signal).
+  std::vector<int> stopSignals;
+  bool virtualLocalRank = false;       // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES one device
+  std::string eventLogHandler = "null";  // null, console or dynamic_rendezvous
+  std::vector<std::string> duplicateStdoutFilters, duplicateStderrFilters;
+  bool duplicateStdout = false, duplicateStderr = false;  // the flags were given
+  std::string numaBinding;             // "", node, socket, exclusive, core-complex
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE / --log_line_prefix_template: ${role_name},
+  // ${local_rank}, ${rank}, ${hostname}; "" for torchrun's [role local_rank]:.
+  std::string logLinePrefixTemplate;
   // muster's own.
-  double gracePeriodS = 30;  // SIGTERM -> SIGKILL
+  double gracePeriodS = 30;  // SIGTERM -> SIGKILL (--shutdown_timeout, --grace_period)
   std::string sharedDir;
   std::string logLevel;
   bool slurm = true;  // --slurm=auto (default) or off
@@ -87,6 +100,13 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
 
 // GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else NVIDIA device nodes.
 int countGpus(const std::map<std::string, std::string>& env);
+
+// Intel GPUs (torch's "xpu"): DRM render nodes whose device is Intel's with the i915 or xe
+// driver; ZE_AFFINITY_MASK, when set, narrows them.
+int countXpus(const std::map<std::string, std::string>& env);
+
+// torchrun's comma_separated_list: "a,,b,c" -> {"a,b", "c"}.
+std::vector<std::string> commaSeparatedList(const std::string& value);
 
 std::string launchUsage();
 

@@ -1,9 +1,11 @@
 // launch's flag parsing: both spellings, = and space, PET_* defaults, the program boundary,
 // torch.distributed.launch's switch, and one clear error for bad input.
+#include "launcher/numa.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -110,6 +112,51 @@ TEST(LaunchOptions, StandaloneAndElasticSettings) {
   EXPECT_EQ(e.rdzvConf.at("last_call_timeout"), "1");
 }
 
+// Flags of current torchrun (torch/distributed/run.py on PyTorch's main branch).
+TEST(LaunchOptions, CurrentTorchrunFlags) {
+  auto o = parse({"--signals-to-handle=SIGTERM, SIGUSR1", "--shutdown-timeout=7",
+                  "--virtual-local-rank", "--event-log-handler=console",
+                  "--duplicate-stdout-filters=loss,,acc,step", "--duplicate_stderr_filters=",
+                  "--log-line-prefix-template=${rank}: ", "p"});
+  EXPECT_EQ(o.stopSignals, (std::vector<int>{SIGTERM, SIGUSR1}));
+  EXPECT_EQ(o.gracePeriodS, 7);
+  EXPECT_TRUE(o.virtualLocalRank);
+  EXPECT_EQ(o.eventLogHandler, "console");
+  EXPECT_EQ(o.duplicateStdoutFilters, (std::vector<std::string>{"loss,acc", "step"}));
+  EXPECT_EQ(o.duplicateStderrFilters, (std::vector<std::string>{""})) << "'' copies every line";
+  EXPECT_TRUE(o.duplicateStderr);
+  EXPECT_EQ(o.logLinePrefixTemplate, "${rank}: ");
+  // Defaults, and torch's own environment variables below PET_* and the flags.
+  auto d = parse({"p"});
+  EXPECT_EQ(d.stopSignals, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+  EXPECT_EQ(d.gracePeriodS, 30);
+  EXPECT_FALSE(d.duplicateStdout);
+  EXPECT_EQ(parse({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}}).gracePeriodS, 12);
+  EXPECT_EQ(parse({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}, {"PET_SHUTDOWN_TIMEOUT", "3"}})
+                .gracePeriodS, 3);
+  EXPECT_EQ(parse({"--shutdown_timeout=1", "p"}, {{"PET_SHUTDOWN_TIMEOUT", "3"}}).gracePeriodS, 1);
+  EXPECT_EQ(parse({"p"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${role_name}]"}})
+                .logLinePrefixTemplate, "[${role_name}]");
+  EXPECT_EQ(parse({"p"}, {{"PET_SIGNALS_TO_HANDLE", "SIGINT"}}).stopSignals, std::vector<int>{SIGINT});
+  EXPECT_FALSE(parse({"p"}, {{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"}}).agentStore);
+  // --virtual-local-rank with enough devices.
+  EXPECT_TRUE(parse({"--virtual-local-rank", "--nproc-per-node=2", "p"},
+                    {{"CUDA_VISIBLE_DEVICES", "3,5"}}).virtualLocalRank);
+}
+
+TEST(LaunchOptions, RendezvousEndpointsAsTorchrunParsesThem) {
+  auto v6 = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]:29401", "p"});
+  EXPECT_EQ(v6.rdzvHost, "::1");
+  EXPECT_EQ(v6.rdzvPort, 29401);
+  auto bare = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=node0", "p"});
+  EXPECT_EQ(bare.rdzvHost, "node0");
+  EXPECT_EQ(bare.rdzvPort, 29400);
+  auto free = parse({"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "p"});
+  EXPECT_EQ(free.rdzvPort, 0);
+  EXPECT_EQ(free.rdzvId, "none");
+  EXPECT_EQ(parse({"--rdzv_backend=c10d", "--rdzv_endpoint=[fe80::1]", "p"}).rdzvHost, "fe80::1");
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string mentions;
@@ -140,7 +187,31 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"--nproc_per_node"}, "needs a value"},
                       BadCase{{"--nproc_per_node=2"}, "no PROGRAM"},
                       BadCase{{"-m", "--no_python", "p"}, "--module and --no_python"},
-                      BadCase{{"--legacy_launch=3", "p"}, "--legacy_launch"}));
+                      BadCase{{"--legacy_launch=3", "p"}, "--legacy_launch"},
+                      BadCase{{"--signals_to_handle=SIGBOGUS", "p"}, "'SIGBOGUS' is none"},
+                      BadCase{{"--signals_to_handle=TERM", "p"}, "--signals_to_handle=TERM"},
+                      BadCase{{"--signals-to-handle=SIGKILL", "p"}, "SIGKILL cannot be handled"},
+                      BadCase{{"--shutdown-timeout=-1", "p"}, "--shutdown_timeout=-1"},
+                      BadCase{{"--event-log-handler=file", "p"}, "null, console or dynamic_rendezvous"},
+                      BadCase{{"--numa-binding=everything", "p"}, "node, socket, exclusive"},
+                      BadCase{{"--worker_store=daemon", "p"}, "agent or rank0"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=::1:29400", "p"},
+                              "needs brackets"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=h:port", "p"},
+                              "--rdzv_endpoint=h:port"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1", "p"}, "[IPV6]"},
+                      BadCase{{"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:0", "p"},
+                              "one-node job only"}));
+
+// Hardware this machine may lack: each missing piece is one line saying what to do.
+TEST(LaunchOptions, AcceleratorFlagsWithoutTheHardwareSaySo) {
+  Env noGpu{{"CUDA_VISIBLE_DEVICES", ""}, {"ZE_AFFINITY_MASK", ""}};
+  EXPECT_NE(error({"--nproc-per-node=xpu", "p"}, noGpu).find("no usable Intel GPU"), std::string::npos);
+  EXPECT_NE(error({"--numa-binding=node", "p"}, noGpu).find("has no usable GPU"), std::string::npos);
+  EXPECT_NE(error({"--virtual-local-rank", "--nproc_per_node=3", "p"}, {{"CUDA_VISIBLE_DEVICES", "0,1"}})
+                .find("lists 2 for 3 workers"),
+            std::string::npos);
+}
 
 class WorkerCommandTest : public ::testing::Test {
  protected:
@@ -321,6 +392,86 @@ TEST(Slurm, NodeAddrFromScontrol) {
   EXPECT_EQ(nodeAddrFromScontrol("X_NodeAddr=1 NodeAddr=n1.cluster\n"), "n1.cluster");
   // Without scontrol (or without the node) the host name is the answer.
   EXPECT_EQ(slurmNodeAddress("no-such-node-here"), "no-such-node-here");
+}
+
+// --numa_binding's choice of CPUs on a made-up /sys: two NUMA nodes of 8 CPUs (4 cores with
+// 2 threads each, two L3 complexes of 2 cores), two GPUs on each node, one socket per node.
+class Numa : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() / ("muster-sys-" + std::to_string(getpid()));
+    std::filesystem::remove_all(root_);
+    const char* gpus[] = {"0000:17:00.0", "0000:3a:00.0", "0000:8a:00.0", "0000:bb:00.0"};
+    for (int g = 0; g < 4; ++g) {
+      auto dev = root_ / "bus/pci/devices" / gpus[g];
+      write(dev / "vendor", "0x10de");
+      write(dev / "class", "0x030200");
+      write(dev / "numa_node", g < 2 ? "0" : "1");
+    }
+    write(root_ / "bus/pci/devices/0000:00:1f.0/vendor", "0x8086");  // not a GPU
+    write(root_ / "bus/pci/devices/0000:00:1f.0/class", "0x060100");
+    write(root_ / "devices/system/node/possible", "0-1");
+    for (int n = 0; n < 2; ++n) {
+      write(root_ / ("devices/system/node/node" + std::to_string(n)) / "cpulist",
+            n == 0 ? "0-3,16-19" : "8-11,24-27");
+    }
+    for (int c : {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}) {
+      auto cpu = root_ / ("devices/system/cpu/cpu" + std::to_string(c));
+      int core = c % 16, sibling = core + 16;
+      write(cpu / "topology/thread_siblings_list", std::to_string(core) + "," + std::to_string(sibling));
+      write(cpu / "topology/physical_package_id", c % 16 < 8 ? "0" : "1");
+      int base = (core / 2) * 2;  // complexes of 2 cores: {0,1}, {2,3}, {8,9}, {10,11}
+      write(cpu / "cache/index3/type", "Unified");
+      write(cpu / "cache/index3/level", "3");
+      write(cpu / "cache/index3/shared_cpu_list",
+            std::to_string(base) + "-" + std::to_string(base + 1) + "," + std::to_string(base + 16) +
+                "-" + std::to_string(base + 17));
+    }
+    for (int c = 0; c < 32; ++c) all_.insert(c);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  void write(const std::filesystem::path& p, const std::string& text) {
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text << "\n";
+  }
+  std::string cpus(const std::string& mode, int gpu, const Env& env = {}) {
+    auto r = numaCpusForGpu({.mode = mode, .gpu = gpu, .sysRoot = root_.string(), .allowed = all_}, env);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.value_or("");
+  }
+  std::filesystem::path root_;
+  std::set<int> all_;
+};
+
+TEST_F(Numa, EachModePicksTheCpusNearTheGpu) {
+  EXPECT_EQ(cpus("node", 0), "0-3,16-19");
+  EXPECT_EQ(cpus("node", 3), "8-11,24-27");
+  EXPECT_EQ(cpus("socket", 2), "8-11,24-27");
+  // Two GPUs share node 0's 4 cores: 2 cores (4 threads) each.
+  EXPECT_EQ(cpus("exclusive", 0), "0-1,16-17");
+  EXPECT_EQ(cpus("exclusive", 1), "2-3,18-19");
+  EXPECT_EQ(cpus("core-complex", 1), "2-3,18-19");
+  // CUDA_VISIBLE_DEVICES renumbers: GPU 0 of this process is the machine's third.
+  EXPECT_EQ(cpus("node", 0, {{"CUDA_VISIBLE_DEVICES", "2,3"}}), "8-11,24-27");
+  // The process's own affinity narrows the choice.
+  auto narrowed = numaCpusForGpu({.mode = "node", .gpu = 0, .sysRoot = root_.string(),
+                                  .allowed = std::set<int>{1, 2, 30}}, {});
+  EXPECT_EQ(narrowed.value_or(""), "1-2");
+}
+
+TEST_F(Numa, WhatCannotBeBoundIsOneLine) {
+  auto missing = numaCpusForGpu({.mode = "node", .gpu = 4, .sysRoot = root_.string(), .allowed = all_}, {});
+  EXPECT_NE(missing.status().message().find("local rank 4 has no GPU (4 visible)"), std::string::npos);
+  auto uuid = numaCpusForGpu({.mode = "node", .gpu = 0, .sysRoot = root_.string(), .allowed = all_},
+                             {{"CUDA_VISIBLE_DEVICES", "GPU-5f2a"}});
+  EXPECT_NE(uuid.status().message().find("by UUID"), std::string::npos);
+  auto none = numaCpusForGpu({.mode = "node", .gpu = 0, .sysRoot = root_.string(), .allowed = std::set<int>{5}}, {});
+  EXPECT_NE(none.status().message().find("has no CPU this process may use"), std::string::npos);
+}
+
+TEST(CpuList, ParsesAndFormatsRanges) {
+  EXPECT_EQ(parseCpuList("0-2,8, 10-11\n"), (std::set<int>{0, 1, 2, 8, 10, 11}));
+  EXPECT_EQ(formatCpuList({0, 1, 2, 8, 10, 11}), "0-2,8,10-11");
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <boost/process/posix.hpp>
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -79,6 +81,8 @@ struct WorkerGroup::Pump {
   int fileFd = -1;
   std::string prefix;
   std::string partial;
+  std::shared_ptr<int> filteredFd;  // --duplicate_*_filters' file, or null
+  const std::vector<std::string>* filters = nullptr;
   std::array<char, 65536> buffer;
 
   ~Pump() {
@@ -95,6 +99,18 @@ struct WorkerGroup::Pump {
         out.append(data, size);
         if (newline) out += '\n';
         writeAll(consoleFd, out.data(), out.size());
+      }
+    }
+    if (filteredFd && *filteredFd >= 0 && filters != nullptr) {
+      std::string_view text(data, size);
+      bool match = std::any_of(filters->begin(), filters->end(), [&](const std::string& needle) {
+        return text.find(needle) != std::string_view::npos;
+      });
+      if (match) {
+        std::string out = prefix;
+        out.append(data, size);
+        out += '\n';
+        writeAll(*filteredFd, out.data(), out.size());
       }
     }
     if (isErr && worker != nullptr) {
@@ -196,6 +212,18 @@ absl::Status WorkerGroup::start(std::vector<WorkerSpec> specs) {
       const std::string& file = isErr ? w.spec.stderrFile : w.spec.stdoutFile;
       if (!file.empty()) p->fileFd = openLog(file);
       p->prefix = w.spec.prefix;
+      const std::string& filtered = isErr ? w.spec.filteredStderrFile : w.spec.filteredStdoutFile;
+      if (!filtered.empty()) {
+        auto& fd = filtered_[filtered];
+        if (!fd) {
+          fd = std::shared_ptr<int>(new int(openLog(filtered)), [](int* f) {
+            if (*f >= 0) close(*f);
+            delete f;
+          });
+        }
+        p->filteredFd = fd;
+        p->filters = isErr ? &w.spec.stderrFilters : &w.spec.stdoutFilters;
+      }
       ++w.openStreams;
       pump(p);
     };

@@ -31,6 +31,10 @@ struct WorkerSpec {
   std::string stdoutFile, stderrFile;  // "" for none
   std::string prefix;
   std::string errorFile;  // TORCHELASTIC_ERROR_FILE
+  // --duplicate_std{out,err}_filters: lines containing any filter also go, with `prefix`, to
+  // this file, which the workers of a round share ("" for none).
+  std::string filteredStdoutFile, filteredStderrFile;
+  std::vector<std::string> stdoutFilters, stderrFilters;
 };
 
 struct WorkerExit {
@@ -86,6 +90,7 @@ class WorkerGroup {
   ExitHandler onExit_;
   std::vector<std::unique_ptr<WorkerState>> workers_;
   std::function<void()> settledCallback_;
+  std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
 };
 
 // "SIGTERM" for 15, "signal 77" for unknown numbers.

@@ -1,6 +1,7 @@
 // launch as a real process running real workers: environment, failures and their report,
 // signals, the orphan guard, restarts, logs, and the store reachable from the workers.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -309,6 +310,91 @@ TEST_F(LaunchTest, Usr1AndUsr2AreNoticesPassedOnWithoutStopping) {
   EXPECT_EQ(read("sig_0"), "usr1\nusr2\n");
   EXPECT_EQ(read("sig_1"), "usr1\nusr2\n");
   EXPECT_NE(c.stderrText().find("launch got SIGUSR1; forwarding it to the workers"), std::string::npos);
+}
+
+// torchrun 2.x's --signals-to-handle: a listed SIGUSR1 stops the job (forwarded to every
+// worker, SIGKILL after --shutdown-timeout), instead of being a notice; SIGTERM, not listed,
+// is then not caught by launch.
+TEST_F(LaunchTest, SignalsToHandleMakesUsr1AStopSignal) {
+  std::string body = "trap 'echo usr1 > " + (dir_ / "sig_").string() + "$RANK; exit 0' USR1\necho ready > " +
+                     (dir_ / "ready_").string() + "$RANK\nwhile true; do sleep 0.01; done\n";
+  Child c(launch({"--nproc_per_node=2", "--signals-to-handle=SIGUSR1,SIGINT", "--shutdown-timeout=5",
+                  script("stop.sh", body)}));
+  ASSERT_TRUE(awaitFiles("ready_", 2));
+  c.kill(SIGUSR1);
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 128 + SIGUSR1) << c.stderrText();
+  EXPECT_EQ(read("sig_0"), "usr1\n");
+  EXPECT_EQ(read("sig_1"), "usr1\n");
+  EXPECT_NE(c.stderrText().find("SIGKILL after 5 s"), std::string::npos) << c.stderrText();
+}
+
+// --virtual-local-rank: every worker sees LOCAL_RANK=0 and only its own device.
+TEST_F(LaunchTest, VirtualLocalRankNarrowsEachWorkerToItsDevice) {
+  std::string dump = script("dump.sh", "env > " + (dir_ / "env_").string() + "$RANK\n");
+  Child c(launch({"--nproc_per_node=2", "--virtual-local-rank", dump}),
+          {"CUDA_VISIBLE_DEVICES=GPU-aaa, GPU-bbb"});
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_EQ(envOf("env_0")["LOCAL_RANK"], "0");
+  EXPECT_EQ(envOf("env_1")["LOCAL_RANK"], "0");
+  EXPECT_EQ(envOf("env_0")["CUDA_VISIBLE_DEVICES"], "GPU-aaa");
+  EXPECT_EQ(envOf("env_1")["CUDA_VISIBLE_DEVICES"], "GPU-bbb");
+  EXPECT_EQ(envOf("env_1")["RANK"], "1");
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  Child plain(launch({"--nproc_per_node=2", "--virtual-local-rank", dump}));
+  ASSERT_EQ(plain.wait(kRun)->code, 0) << plain.stderrText();
+  EXPECT_EQ(envOf("env_1")["CUDA_VISIBLE_DEVICES"], "1");
+}
+
+// --event-log-handler=console: torchelastic's event lines, one JSON object each.
+TEST_F(LaunchTest, ConsoleEventLogPrintsTorchelasticEvents) {
+  Child c(launch({"--nproc_per_node=2", "--event-log-handler=console",
+                  script("ev.sh", "[ \"$RANK\" = 1 ] && exit 4; exit 0\n")}));
+  ASSERT_EQ(c.wait(kRun)->code, 1);
+  std::map<std::string, int> seen;
+  std::istringstream lines(c.stderrText());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"name\": \"torchelastic.worker.status.", 0) != 0) continue;
+    auto event = nlohmann::json::parse(line);
+    std::string key = event["source"].get<std::string>() + " " + event["metadata"]["state"].get<std::string>();
+    ++seen[key];
+    EXPECT_EQ(event["timestamp"], 0);
+    EXPECT_TRUE(event["metadata"]["metadata"].is_string()) << "torchelastic nests it as a string";
+    if (key == "WORKER FAILED") {
+      EXPECT_EQ(event["metadata"]["global_rank"], 1);
+      auto inner = nlohmann::json::parse(event["metadata"]["metadata"].get<std::string>());
+      EXPECT_EQ(inner["exit_code"], nlohmann::json::array({4}));
+    }
+  }
+  EXPECT_EQ(seen["AGENT RENDEZVOUS"], 1);
+  EXPECT_EQ(seen["WORKER START"], 2);
+  EXPECT_EQ(seen["WORKER FAILED"], 1);
+  EXPECT_EQ(seen["WORKER SUCCEEDED"], 1);
+  EXPECT_EQ(seen["AGENT FAILED"], 1);
+}
+
+// --duplicate-stdout-filters and the line prefix template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).
+TEST_F(LaunchTest, DuplicateFiltersAndPrefixTemplate) {
+  std::string body = "echo \"step 1 loss=0.5\"; echo chatter; echo \"acc,top1 0.9\"\n";
+  Child c(launch({"--nproc_per_node=2", "--tee=1", "--log_dir", (dir_ / "logs").string(),
+                  "--duplicate-stdout-filters=loss,acc,,top1", script("dup.sh", body)}),
+          {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=${role_name}/${rank}/${local_rank} $other|"});
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_NE(c.stdoutText().find("default/1/1 $other|chatter"), std::string::npos) << c.stdoutText();
+  std::string filtered;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "logs")) {
+    if (e.path().filename() == "filtered_stdout.log") {
+      std::ifstream in(e.path());
+      filtered.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::string p = "default/" + std::to_string(r) + "/" + std::to_string(r) + " $other|";
+    EXPECT_NE(filtered.find(p + "step 1 loss=0.5\n"), std::string::npos) << filtered;
+    EXPECT_NE(filtered.find(p + "acc,top1 0.9\n"), std::string::npos) << filtered;
+  }
+  EXPECT_EQ(filtered.find("chatter"), std::string::npos) << filtered;
 }
 
 TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {

@@ -1,0 +1,32 @@
+// torchelastic's event records (--event_log_handler=console): one JSON line per agent or
+// worker event on stderr, in the layout torchelastic's Event.serialize() writes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace muster::launcher {
+
+struct ElasticEvent {
+  std::string state;      // RENDEZVOUS, START, SUCCEEDED, FAILED, TERMINATED
+  bool fromWorker = false;  // source WORKER, else AGENT
+  std::string runId, role, hostname, rdzvBackend;
+  std::optional<int> globalRank, groupRank, localRank, groupWorldSize, roleWorldSize, exitCode;
+  std::optional<long> workerPid;
+  int agentRestarts = 0;
+  double totalRunTimeS = 0;
+  std::optional<double> durationMs;
+  std::optional<std::string> rawError;  // the error file's JSON, or a message
+  std::string entryPoint;               // basename of the program
+};
+
+// {"name": "torchelastic.worker.status.<STATE>", "source": ..., "timestamp": 0, "metadata":
+// {...}}, with Python's json.dumps separators (", " and ": ") and the inner "metadata" a JSON
+// string, as torchelastic prints them.
+std::string eventLine(const ElasticEvent& event);
+
+// json.dumps(value) as Python writes it by default (ASCII-escaped, ", " and ": ").
+std::string pythonJson(const nlohmann::ordered_json& value);
+
+}  // namespace muster::launcher
