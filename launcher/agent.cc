@@ -378,6 +378,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   rankOffset_ = a.rank_offset();
   masterAddr_ = a.master_addr();
   masterPort_ = a.master_port();
+  standaloneService_ = a.standalone_service();
   localDone_ = false;
   remote_ = Remote::kNone;
   {
@@ -765,11 +766,24 @@ void Agent::onRoundSettled() {
   }
   if (stopping_ == Stopping::kRemote) {
     if (rdzv_) rdzv_->stopWatch();
+    dropRound();
+    if (remote_ == Remote::kGone && standaloneService_ && restartCount_ < options_.maxRestarts) {
+      // rendezvousd restarted (systemd, a rescheduled pod): it comes back empty, so every
+      // agent re-joins as a new round; the join waits for it, with back-off, up to the join
+      // timeout.
+      ++restartCount_;
+      logger()->warn("{}; re-joining it as a new round ({} of {} restarts; waiting up to {} s)",
+                     remoteWhy_, restartCount_, options_.maxRestarts, joinTimeout_.count() / 1000);
+      stopping_ = Stopping::kNo;
+      startJoin();
+      return;
+    }
     if (remote_ == Remote::kGone) {
       std::fprintf(stderr, "launch: %s; %s\n", remoteWhy_.c_str(),
-                   hostsStore_ ? "this node hosted it"
-                               : "it was hosted by node 0's launch, which is gone (run a standalone "
-                                 "rendezvousd to make the store outlive any node)");
+                   hostsStore_           ? "this node hosted it"
+                   : standaloneService_ ? "no restart is left to re-join it (--max_restarts)"
+                                        : "it was hosted by node 0's launch, which is gone (run a "
+                                          "standalone rendezvousd to make the store outlive any node)");
       finish(1);
       return;
     }
@@ -821,15 +835,7 @@ void Agent::onRoundSettled() {
                      describeExit(rootCause_->exit));
     }
     ++restartCount_;
-    // The new round gets a fresh namespace and channel directory; drop the old ones.
-    std::error_code ec;
-    if (!sharedDir_.empty()) fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
-    if (store_) {
-      rendezvous::LocalStore(store_->memory(), contract::roundNamespace(runId_, round_)).clear().IgnoreError();
-    }
-    if (frontMemory_ && (!store_ || frontMemory_ != store_->memory())) {
-      rendezvous::LocalStore(frontMemory_, contract::roundNamespace(runId_, round_)).clear().IgnoreError();
-    }
+    dropRound();
     if (multiNode_) {
       stopping_ = Stopping::kNo;
       startJoin();
@@ -846,6 +852,18 @@ void Agent::onRoundSettled() {
   }
   printFailureReport();
   finish(1);
+}
+
+void Agent::dropRound() {
+  // The next round gets a fresh namespace and channel directory (a restarted rendezvousd may
+  // hand out the same round number again).
+  std::error_code ec;
+  if (!sharedDir_.empty()) fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
+  std::string ns = contract::roundNamespace(runId_, round_);
+  if (store_) rendezvous::LocalStore(store_->memory(), ns).clear().IgnoreError();
+  if (frontMemory_ && (!store_ || frontMemory_ != store_->memory())) {
+    rendezvous::LocalStore(frontMemory_, ns).clear().IgnoreError();
+  }
 }
 
 void Agent::printFailureReport() const {

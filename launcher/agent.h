@@ -67,6 +67,8 @@ class Agent {
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);
   void onRoundSettled();
+  // Deletes the finished round's keys and channel directory before the next round.
+  void dropRound();
   void finish(int code);
   // The workers' store (TORCHELASTIC_USE_AGENT_STORE=True): holds MASTER_PORT from the moment
   // it is chosen (`fd`), and serves it once this node is group rank 0.
@@ -127,6 +129,7 @@ class Agent {
   Millis joinTimeout_{600000};
   Millis lastCall_{30000};
   bool localDone_ = false;
+  bool standaloneService_ = false;  // the rendezvous is a rendezvousd (it may restart)
   // Why the group was stopped from outside: another node's failure, loss or arrival, or the
   // rendezvous gone.
   enum class Remote { kNone, kWaiting, kFailed, kLost, kGone } remote_ = Remote::kNone;

@@ -14,17 +14,21 @@ grpc::Status toGrpc(const absl::Status& s) {
 // A join waits for its round; OnCancel and the completion race as in the store's CallReactor.
 class JoinReactor final : public grpc::ServerUnaryReactor {
  public:
-  JoinReactor(std::shared_ptr<RendezvousState> state, const pb::JoinRequest& request, pb::Assignment* response)
+  JoinReactor(std::shared_ptr<RendezvousState> state, const pb::JoinRequest& request, pb::Assignment* response,
+              bool standalone)
       : state_(std::move(state)), guard_(std::make_shared<Guard>()) {
     auto guard = guard_;
     std::lock_guard<std::mutex> lock(guard->mu);
-    guard->id = state_->join(request, [this, response, guard](absl::StatusOr<pb::Assignment> result) {
+    guard->id = state_->join(request, [this, response, guard, standalone](absl::StatusOr<pb::Assignment> result) {
       {
         std::lock_guard<std::mutex> l(guard->doneMu);
         if (guard->finished) return;
         guard->finished = true;
       }
-      if (result.ok()) *response = std::move(*result);
+      if (result.ok()) {
+        *response = std::move(*result);
+        response->set_standalone_service(standalone);
+      }
       Finish(toGrpc(result.status()));
     });
   }
@@ -127,8 +131,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::RoundEvent> {
 
 }  // namespace
 
-RendezvousService::RendezvousService(std::string token)
-    : token_(std::move(token)), state_(std::make_shared<RendezvousState>()) {}
+RendezvousService::RendezvousService(std::string token, bool standalone)
+    : token_(std::move(token)), standalone_(standalone), state_(std::make_shared<RendezvousState>()) {}
 
 RendezvousService::~RendezvousService() { state_->shutdown(); }
 
@@ -143,7 +147,7 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
     r->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)"));
     return r;
   }
-  return new JoinReactor(state_, *request, response);
+  return new JoinReactor(state_, *request, response, standalone_);
 }
 
 grpc::ServerWriteReactor<pb::RoundEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,

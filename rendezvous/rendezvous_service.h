@@ -14,7 +14,8 @@ namespace muster::rendezvous {
 class RendezvousService final : public pb::Rendezvous::CallbackService {
  public:
   // `token` empty: no authentication (as the store's).
-  explicit RendezvousService(std::string token);
+  // `standalone`: this is rendezvousd (Assignment.standalone_service).
+  explicit RendezvousService(std::string token, bool standalone = false);
   ~RendezvousService() override;
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const pb::JoinRequest* request,
@@ -32,6 +33,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
  private:
   bool authorized(grpc::CallbackServerContext* context) const;
   std::string token_;
+  bool standalone_ = false;
   std::shared_ptr<RendezvousState> state_;
 };
 

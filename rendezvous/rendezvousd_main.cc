@@ -14,6 +14,7 @@ using muster::rendezvous::StoreServer;
 
 int main(int argc, char** argv) {
   ServerOptions options;
+  options.standalone = true;
   std::string tokenFile, tlsCert, tlsKey, logLevel;
   CLI::App app{"rendezvousd: muster's store and rendezvous service"};
   app.add_option("--host", options.host, "address to bind (0.0.0.0, 127.0.0.1, ::)")

@@ -30,6 +30,8 @@ struct ServerOptions {
   // Log the start and the shutdown at info (rendezvousd) or at debug (a store hosted inside
   // launch, where they are noise).
   bool announce = true;
+  // rendezvousd: the service outlives the nodes (Assignment.standalone_service).
+  bool standalone = false;
   // Extra gRPC services to serve on the same port (the rendezvous service); not owned, must
   // outlive the server.
   std::vector<grpc::Service*> extraServices;

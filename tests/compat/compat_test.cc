@@ -95,6 +95,13 @@ TEST_F(Compat, RankZeroLeavingFirstDoesNotTakeTheStoreAway) {
     EXPECT_EQ(result("torch", rank)["ok"], true);
     EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
   }
+  // Under the c10d rendezvous too (torch 1.13's c10d lets rank 0's worker host the store, and
+  // its job dies here; torchrun >= 2.5 shares the agent's, as launch does).
+  fs::remove_all(dir_ / "muster");
+  fs::create_directories(dir_ / "muster");
+  run({buildDir() + "/launcher/launch", "--nproc_per_node=3", "--rdzv_backend=c10d",
+       "--rdzv_endpoint=localhost:0", script, "leave", (dir_ / "muster").string()});
+  for (int rank = 1; rank < 3; ++rank) EXPECT_EQ(result("muster", rank)["ok"], true);
 }
 
 // A restarted group gets a fresh key space: attempt 1 does not see attempt 0's keys, under

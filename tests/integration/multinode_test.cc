@@ -249,6 +249,57 @@ TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
   EXPECT_EQ(env(1, 0)["WORLD_SIZE"], "2");
 }
 
+// rendezvousd restarts (systemd, a rescheduled pod) while a job runs: the agents re-join it as a
+// new round, using a restart, and the job finishes; the restart count rises on every node.
+TEST_F(MultiNode, AgentsRejoinARestartedRendezvousd) {
+  int port = freePort();
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  auto daemon = std::make_unique<Child>(std::vector<std::string>{
+      buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", std::to_string(port)});
+  ASSERT_TRUE(daemon->waitForLine(R"(listening on)", kRun).has_value());
+  // The first attempt runs until the daemon goes; the next one succeeds.
+  std::string w = script("echo $TORCHELASTIC_RESTART_COUNT > " + (dir_ / "count_").string() +
+                         "$RANK\n[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && { echo up > " +
+                         (dir_ / "up_").string() + "$RANK; sleep 60 & wait; }\nexit 0\n");
+  auto a = node(elasticFlags("2", 1, addr), w);
+  auto b = node(elasticFlags("2", 1, addr), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  daemon->kill(SIGKILL);
+  ASSERT_TRUE(daemon->wait(kRun).has_value());
+  daemon = std::make_unique<Child>(std::vector<std::string>{
+      buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", std::to_string(port)});
+  ASSERT_TRUE(daemon->waitForLine(R"(listening on)", kRun).has_value());
+  auto ea = a->wait(kRun), eb = b->wait(kRun);
+  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  EXPECT_EQ(ea->code, 0) << a->stderrText();
+  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  EXPECT_NE(a->stderrText().find("re-joining it as a new round (1 of 2 restarts"), std::string::npos)
+      << a->stderrText();
+  std::ifstream c0(dir_ / "count_0"), c1(dir_ / "count_1");
+  std::string n0, n1;
+  c0 >> n0;
+  c1 >> n1;
+  EXPECT_EQ(n0, "1");
+  EXPECT_EQ(n1, "1");
+}
+
+// Without a restart left, losing rendezvousd ends the job, saying so.
+TEST_F(MultiNode, LosingRendezvousdWithoutARestartLeftSaysSo) {
+  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
+  ASSERT_TRUE(line.has_value());
+  std::string w = script("echo up > " + (dir_ / "up_").string() + "$RANK; sleep 60 & wait\n");
+  auto flags = elasticFlags("1", 1, (*line)[1]);
+  flags.push_back("--max_restarts=0");  // the later flag wins
+  auto a = node(flags, w);
+  ASSERT_TRUE(awaitFile("up_0"));
+  daemon.kill(SIGKILL);
+  auto exit = a->wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_NE(a->stderrText().find("no restart is left to re-join it"), std::string::npos) << a->stderrText();
+}
+
 TEST_F(MultiNode, ScaleDownFromThreeToTwo) {
   std::string endpoint = "127.0.0.1:" + std::to_string(port_);
   std::string w = recorder("[ \"$r\" = 0 ] && { echo up > " + (dir_ / "up_").string() +
