@@ -512,6 +512,13 @@ void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
   remoteWhy_ = e.message().empty() ? fmt::format("node {} ended the round", e.host()) : e.message();
   if (e.kind() == K::NODE_FAILED) remoteWhy_ = fmt::format("node {} (group rank {}) failed: {}", e.host(), e.group_rank(), e.message());
   if (stopping_ == Stopping::kFailure) return;  // our own failure is being handled
+  if (e.kind() != K::NODE_WAITING && restartCount_ >= options_.maxRestarts && !failureAnnounced_) {
+    // Say it now, not once the workers are down: under srun --kill-on-bad-exit the failed
+    // node's exit gets this launch killed soon after.
+    std::fprintf(stderr, "launch: the job failed: %s; stopping this node's workers\n", remoteWhy_.c_str());
+    std::fflush(stderr);
+    failureAnnounced_ = true;
+  }
   stopForRemote();
 }
 
@@ -800,7 +807,7 @@ void Agent::onRoundSettled() {
       startJoin();
       return;
     }
-    std::fprintf(stderr, "launch: the job failed: %s\n", remoteWhy_.c_str());
+    if (!failureAnnounced_) std::fprintf(stderr, "launch: the job failed: %s\n", remoteWhy_.c_str());
     finish(1);
     return;
   }
@@ -1016,6 +1023,7 @@ void Agent::armSignals() {
 
 int Agent::run() {
   launched_ = std::chrono::steady_clock::now();
+  raiseFileLimit();
   // The guard first: it must be forked before any thread starts (the store's are next).
   if (auto s = reaper_.start(); !s.ok()) {
     logger()->error("cannot start the orphan guard: {}", std::string(s.message()));

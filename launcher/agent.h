@@ -129,7 +129,8 @@ class Agent {
   Millis joinTimeout_{600000};
   Millis lastCall_{30000};
   bool localDone_ = false;
-  bool standaloneService_ = false;  // the rendezvous is a rendezvousd (it may restart)
+  bool standaloneService_ = false;
+  bool failureAnnounced_ = false;  // "the job failed: ..." is printed  // the rendezvous is a rendezvousd (it may restart)
   // Why the group was stopped from outside: another node's failure, loss or arrival, or the
   // rendezvous gone.
   enum class Remote { kNone, kWaiting, kFailed, kLost, kGone } remote_ = Remote::kNone;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,11 @@ auto logger() {
   return l;
 }
 
+// The descriptor limit launch started with: launch raises its own soft limit (it serves a
+// connection per rank), workers get back the one they would have had.
+rlimit gWorkerFiles{RLIM_INFINITY, RLIM_INFINITY};
+bool gRestoreFiles = false;
+
 // Runs in the child between fork and exec: its own process group, so that one signal reaches
 // the worker and everything it starts; and death with launch (the reaper covers the rest).
 struct ChildSetup : bp::extend::handler {
@@ -46,6 +52,7 @@ struct ChildSetup : bp::extend::handler {
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) {
       signal(s, SIG_DFL);
     }
+    if (gRestoreFiles) setrlimit(RLIMIT_NOFILE, &gWorkerFiles);
   }
 };
 
@@ -64,6 +71,14 @@ void writeAll(int fd, const char* data, size_t size) {
 }
 
 }  // namespace
+
+void raiseFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  gWorkerFiles = files;
+  files.rlim_cur = files.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &files) == 0) gRestoreFiles = true;
+}
 
 std::string signalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);

@@ -93,6 +93,10 @@ class WorkerGroup {
   std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
 };
 
+// Raises this process's soft descriptor limit to its hard limit (the store serves a connection
+// per rank); workers started afterwards get the old soft limit back. Call before any thread.
+void raiseFileLimit();
+
 // "SIGTERM" for 15, "signal 77" for unknown numbers.
 std::string signalName(int sig);
 

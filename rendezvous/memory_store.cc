@@ -235,6 +235,15 @@ void MemoryStore::fillValues(const Namespace& space, const Waiter& w,
   if (w.op == pb::StoreRequest::kGet) {
     resp.set_value(valueOf(w.keys.front()));
   } else if (w.op == pb::StoreRequest::kMultiGet) {
+    // One key may be named many times: the reply, not the store, is what could grow huge.
+    size_t total = 0;
+    for (const auto& key : w.keys) total += valueOf(key).size();
+    if (total > limits_.maxReplyBytes) {
+      fail(resp, kResourceExhausted,
+           fmt::format("multi_get of {} keys would answer {} bytes, over max_reply_bytes={}",
+                       w.keys.size(), total, limits_.maxReplyBytes));
+      return;
+    }
     auto* values = resp.mutable_values();
     for (const auto& key : w.keys) values->add_values(valueOf(key));
   }
@@ -360,7 +369,7 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     }
     case pb::StoreRequest::kCheck: {
       bool all = true;
-      for (const auto& key : req.check().keys()) all = all && space.kv.count(key) > 0;
+      for (const auto& key : req.check().keys()) all = all && present(space, key);
       resp.set_flag(all);
       return;
     }
@@ -453,6 +462,14 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       return;
     }
     case pb::StoreRequest::kList: {
+      size_t total = 0;
+      for (const auto& [key, value] : space.kv) total += key.size();
+      if (total > limits_.maxReplyBytes) {
+        fail(resp, kResourceExhausted,
+             fmt::format("list would answer {} keys ({} bytes), over max_reply_bytes={}",
+                         space.kv.size(), total, limits_.maxReplyBytes));
+        return;
+      }
       auto* values = resp.mutable_values();
       for (const auto& [key, value] : space.kv) values->add_values(key);
       return;

@@ -32,6 +32,8 @@ struct StoreLimits {
   size_t maxKeysPerCall = 16384;
   size_t maxTotalBytes = size_t{2} << 30;
   size_t maxWaiters = 1'000'000;
+  // The most one answer may carry (multi_get naming a large key many times, list).
+  size_t maxReplyBytes = 256u << 20;
 };
 
 // Checks what can be checked without the store's state: key sizes, value sizes, keys per call,

@@ -4,8 +4,15 @@
 
 #include <fmt/format.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <array>
 #include <boost/asio.hpp>
 #include <mutex>
 #include <optional>
@@ -49,7 +56,8 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
     const StoreLimits& l = memory_->limits();
     limits_ = {.maxKeyBytes = l.maxKeyBytes + contract::kAttemptPrefix.size() + 24,
                .maxValueBytes = l.maxValueBytes,
-               .maxKeysPerCall = l.maxKeysPerCall};
+               .maxKeysPerCall = l.maxKeysPerCall,
+               .maxRequestBytes = std::max(l.maxReplyBytes, l.maxValueBytes + (size_t{1} << 20))};
   }
 
   absl::Status adopt(int fd) {
@@ -58,6 +66,7 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
     socklen_t len = sizeof(addr);
     getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+    if (!ec) acceptor_.non_blocking(true, ec);
     if (ec) {
       close(fd);
       return absl::InternalError(fmt::format("TCPStore front: cannot use socket {}: {}", fd,
@@ -94,6 +103,10 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
+  // Input bytes buffered across connections (the loop's thread only).
+  bool reserveInput(size_t more) const { return bufferedInput_ + more <= options_.maxBufferedInput; }
+  void adjustInput(int64_t delta) { bufferedInput_ = static_cast<size_t>(static_cast<int64_t>(bufferedInput_) + delta); }
+  size_t bufferedInput() const { return bufferedInput_; }
   // The namespace of the current round; `cached` is reused while the round is the same.
   const std::string& ns(uint64_t& cachedRound, std::string& cached) const {
     uint64_t r = round_.load(std::memory_order_relaxed);
@@ -117,6 +130,7 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   std::unordered_set<Connection*> live_;  // owned by their own handlers; guarded by mu_
   std::vector<std::weak_ptr<Connection>> all_;  // the loop's thread only
   bool acceptErrorLogged_ = false;
+  size_t bufferedInput_ = 0;
 };
 
 // One client. Lives as long as a read, a write or a parked wait holds it. Everything runs on
@@ -141,6 +155,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
+    account();
+    in_.clear();
+    in_.shrink_to_fit();
     front_->forget(this);
   }
 
@@ -148,42 +165,68 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read() {
     if (closed_ || reading_) return;
     if (out_.size() + writing_.size() > kMaxPendingOut) return;  // resumed when writes drain
+    // The front's input buffers together stay under a budget: a client in the middle of a
+    // request when the budget is spent is closed (legitimate requests are small).
+    if (in_.size() > head_ && !front_->reserveInput(kReadChunk)) {
+      close(fmt::format("the store's input buffers are full ({} bytes across its connections)",
+                        front_->bufferedInput()));
+      return;
+    }
     reading_ = true;
-    size_t old = in_.size();
-    in_.resize(old + kReadChunk);
-    socket_.async_read_some(asio::buffer(in_.data() + old, kReadChunk),
-                            [self = shared_from_this(), old](boost::system::error_code ec, size_t n) {
+    // Into a chunk of its own, then appended: process() may run while a read is in flight
+    // (from a write's completion) and must see only bytes that arrived.
+    socket_.async_read_some(asio::buffer(chunk_),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
                               self->reading_ = false;
-                              self->in_.resize(old + (ec ? 0 : n));
                               if (ec) {
                                 // EOF or reset: a client that goes away is ordinary.
                                 self->close("");
                                 return;
                               }
+                              self->in_.append(self->chunk_.data(), n);
+                              self->account();
                               self->process();
                               self->read();
                             });
   }
 
+  // Keeps the front's count of buffered input bytes in step with this connection's.
+  void account() {
+    size_t now = closed_ ? 0 : in_.size() - head_;
+    front_->adjustInput(static_cast<int64_t>(now) - static_cast<int64_t>(accounted_));
+    accounted_ = now;
+  }
+
   void process() {
-    while (!closed_ && head_ < in_.size()) {
+    // Stop while replies pile up unread: a flood of small GETs of a large key must not turn
+    // into unbounded output; the write's completion comes back here.
+    while (!closed_ && head_ < in_.size() && out_.size() + writing_.size() <= kMaxPendingOut) {
+      if (in_.size() - head_ < needed_) break;  // the request still arriving is short
       tcpstore::Request req;
-      auto used = tcpstore::decode(std::string_view(in_).substr(head_), generation_, front_->limits_, req);
+      size_t needed = 0;
+      auto used = tcpstore::decode(std::string_view(in_).substr(head_), generation_,
+                                   front_->limits_, req, &needed);
       if (!used.ok()) {
         close(std::string(used.status().message()));
         return;
       }
-      if (*used == 0) break;
+      if (*used == 0) {
+        needed_ = needed;
+        break;
+      }
+      needed_ = 0;
       head_ += *used;
       handle(req);
     }
     if (head_ == in_.size()) {
       in_.clear();
       head_ = 0;
+      if (in_.capacity() > (4u << 20)) in_.shrink_to_fit();
     } else if (head_ > (1u << 20) && head_ > in_.size() / 2) {
       in_.erase(0, head_);
       head_ = 0;
     }
+    account();
     flush();
   }
 
@@ -203,7 +246,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   static std::string key(const std::string& wire) { return contract::storeKeyFromTcpStore(wire); }
-  const std::string& ns() { return front_->ns(nsRound_, ns_); }
+  // A connection belongs to the round in which it sent its first request: a worker of an old
+  // round that is still shutting down never writes into the next round.
+  const std::string& ns() {
+    if (ns_.empty()) front_->ns(nsRound_, ns_);
+    return ns_;
+  }
 
   void handle(const tcpstore::Request& q) {
     pb::StoreRequest req;
@@ -267,6 +315,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto* op = req.mutable_multi_get();
         for (const auto& k : q.keys) op->add_keys(key(k));
         auto r = now(req);
+        if (r.code() == kNotFound) {
+          // A key deleted since the client's WAIT: each key on its own, missing ones empty
+          // (as c10d's libuv server answers).
+          std::vector<std::string> values;
+          for (const auto& k : q.keys) {
+            pb::StoreRequest one;
+            one.set_no_wait(true);
+            one.mutable_get()->set_key(key(k));
+            auto got = now(one);
+            if (got.code() != 0 && got.code() != kNotFound && failed(got, q.op)) return;
+            values.push_back(got.code() == 0 ? got.value() : std::string());
+          }
+          for (const auto& v : values) tcpstore::putBytes(out_, v);
+          return;
+        }
         if (failed(r, q.op)) return;
         for (const auto& v : r.values().values()) tcpstore::putBytes(out_, v);
         return;
@@ -356,17 +419,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     };
     auto slot = std::make_shared<Slot>();
     std::weak_ptr<Connection> weak = weak_from_this();
-    asio::io_context& io = front_->io_;
-    auto id = front_->memory_->execute(req, [slot, weak, seq, &io](pb::StoreResponse&& r) {
+    // The completion may run on another thread after the front is gone: it holds the front
+    // only weakly.
+    std::weak_ptr<TcpStoreFront::Impl> front = front_;
+    auto id = front_->memory_->execute(req, [slot, weak, front, seq](pb::StoreResponse&& r) {
       std::unique_lock<std::mutex> lock(slot->mu);
       if (slot->inCall) {
         slot->resp = std::move(r);
         return;
       }
       lock.unlock();
-      asio::post(io, [weak, seq, r = std::move(r)] {
-        if (auto self = weak.lock()) self->waitDone(seq, r);
-      });
+      if (auto f = front.lock()) {
+        asio::post(f->io_, [weak, seq, r = std::move(r)] {
+          if (auto self = weak.lock()) self->waitDone(seq, r);
+        });
+      }
     });
     std::optional<pb::StoreResponse> answered;
     {
@@ -422,6 +489,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                           self->close("");
                           return;
                         }
+                        self->process();  // requests held back while replies piled up
                         self->flush();
                         self->read();
                       });
@@ -440,18 +508,31 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t waitSeq_ = 0;
   uint64_t nsRound_ = 0;
   std::string ns_;
+  size_t needed_ = 0;     // bytes the request at head_ needs before decoding again
+  std::array<char, kReadChunk> chunk_;
+  size_t accounted_ = 0;  // this connection's share of the front's buffered input
 };
 
 void TcpStoreFront::Impl::accept() {
-  acceptor_.async_accept([self = shared_from_this()](boost::system::error_code ec, tcp::socket socket) {
+  acceptor_.async_wait(tcp::acceptor::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-    if (ec) {
+    // accept4 with SOCK_CLOEXEC: a socket accepted here must never leak into a worker that
+    // launch's loop spawns at the same moment (asio's accept sets no close-on-exec).
+    int fd = ec ? -1
+                : ::accept4(self->acceptor_.native_handle(), nullptr, nullptr,
+                            SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      int err = ec ? ec.value() : errno;
+      if (!ec && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)) {
+        self->accept();
+        return;
+      }
       // Out of descriptors (EMFILE) and the like: say so once, try again shortly; the
       // listening socket must never stop being served.
       if (!self->acceptErrorLogged_) {
         boost::system::error_code ignored;
         logger()->error("TCPStore front on port {}: cannot accept: {}; retrying every 100 ms",
-                        self->acceptor_.local_endpoint(ignored).port(), ec.message());
+                        self->acceptor_.local_endpoint(ignored).port(), std::strerror(err));
         self->acceptErrorLogged_ = true;
       }
       self->retry_.expires_after(std::chrono::milliseconds(100));
@@ -469,20 +550,26 @@ void TcpStoreFront::Impl::accept() {
     if (full) {
       logger()->warn("TCPStore front: {} connections already; closing a new one",
                      self->options_.maxConnections);
-      boost::system::error_code ignored;
-      socket.close(ignored);
+      ::close(fd);
     } else {
-      auto c = std::make_shared<Connection>(self, std::move(socket));
-      {
-        std::lock_guard<std::mutex> lock(self->mu_);
-        self->live_.insert(c.get());
+      boost::system::error_code assignError;
+      tcp::socket socket(self->io_);
+      socket.assign(self->acceptor_.local_endpoint(assignError).protocol(), fd, assignError);
+      if (assignError) {
+        ::close(fd);
+      } else {
+        auto c = std::make_shared<Connection>(self, std::move(socket));
+        {
+          std::lock_guard<std::mutex> lock(self->mu_);
+          self->live_.insert(c.get());
+        }
+        // Drop the weak references of connections that are gone, now and then.
+        if (self->all_.size() > 64 && self->all_.size() % 64 == 0) {
+          std::erase_if(self->all_, [](const auto& w) { return w.expired(); });
+        }
+        self->all_.push_back(c);
+        c->start();
       }
-      // Drop the weak references of connections that are gone, now and then.
-      if (self->all_.size() > 64 && self->all_.size() % 64 == 0) {
-        std::erase_if(self->all_, [](const auto& w) { return w.expired(); });
-      }
-      self->all_.push_back(c);
-      c->start();
     }
     self->accept();
   });
@@ -504,6 +591,13 @@ absl::StatusOr<std::unique_ptr<TcpStoreFront>> TcpStoreFront::start(
     std::shared_ptr<MemoryStore> memory, int listenFd, FrontOptions options) {
   if (listenFd < 0) return absl::InvalidArgumentError("TCPStore front: no listening socket");
   int port = net::boundPort(listenFd);
+  // Each connection is a descriptor: stay clear of the process's limit (launch raises its soft
+  // limit to the hard one at start).
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    size_t room = files.rlim_cur > 512 ? files.rlim_cur - 256 : files.rlim_cur / 2;
+    options.maxConnections = std::min(options.maxConnections, room);
+  }
   auto impl = std::make_shared<Impl>(std::move(memory), std::move(options));
   if (auto s = impl->adopt(listenFd); !s.ok()) return s;
   impl->run();

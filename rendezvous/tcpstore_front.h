@@ -17,8 +17,12 @@ struct FrontOptions {
   // Keys go to the namespace contract::roundNamespace(runId, round) of the round set last.
   std::string runId = "none";
   uint64_t round = 0;
-  // Connections beyond this are closed at once (each costs a descriptor and a buffer).
+  // Connections beyond this are closed at once (each costs a descriptor and a buffer); it is
+  // also kept below the process's descriptor limit.
   size_t maxConnections = 16384;
+  // Partly received requests of all connections together; a client mid-request when this is
+  // spent is closed.
+  size_t maxBufferedInput = size_t{1} << 30;
 };
 
 // Serves every TCPStore operation of both generations: SET, COMPARE_SET, GET, ADD, CHECK,

@@ -37,8 +37,12 @@ std::optional<uint8_t> typeByte(Op op, Generation g) {
 // (for lengths and counts) over a cap.
 class Reader {
  public:
-  Reader(std::string_view data, const WireLimits& limits) : data_(data), limits_(limits) {}
+  // `dry`: check lengths and caps, copy nothing.
+  Reader(std::string_view data, const WireLimits& limits, bool dry)
+      : data_(data), limits_(limits), dry_(dry) {}
   size_t used() const { return pos_; }
+  // With incomplete(): the bytes (from the reader's start) needed to get further.
+  size_t needed() const { return needed_; }
   bool incomplete() const { return incomplete_; }
   const std::string& error() const { return error_; }
   bool ok() const { return !incomplete_ && error_.empty(); }
@@ -48,6 +52,7 @@ class Reader {
     if (!ok()) return false;
     if (data_.size() - pos_ < sizeof(T)) {
       incomplete_ = true;
+      needed_ = pos_ + sizeof(T);
       return false;
     }
     std::memcpy(&out, data_.data() + pos_, sizeof(T));
@@ -61,19 +66,27 @@ class Reader {
       error_ = fmt::format("a {} of {} bytes exceeds the cap of {}", what, n, cap);
       return false;
     }
-    if (data_.size() - pos_ < n) {
-      incomplete_ = true;
+    if (pos_ + n > limits_.maxRequestBytes) {
+      error_ = fmt::format("the request grows past {} bytes, the cap of one request",
+                           limits_.maxRequestBytes);
       return false;
     }
-    out.assign(data_.data() + pos_, n);
+    if (data_.size() - pos_ < n) {
+      incomplete_ = true;
+      needed_ = pos_ + n;
+      return false;
+    }
+    if (!dry_) out.assign(data_.data() + pos_, n);
     pos_ += n;
     return true;
   }
   bool key(std::vector<std::string>& keys) {
+    if (dry_) return bytes(scratch_, limits_.maxKeyBytes, "key");
     keys.emplace_back();
     return bytes(keys.back(), limits_.maxKeyBytes, "key");
   }
   bool value(std::vector<std::string>& values) {
+    if (dry_) return bytes(scratch_, limits_.maxValueBytes, "value");
     values.emplace_back();
     return bytes(values.back(), limits_.maxValueBytes, "value");
   }
@@ -90,9 +103,11 @@ class Reader {
  private:
   std::string_view data_;
   const WireLimits& limits_;
-  size_t pos_ = 0;
+  const bool dry_;
+  size_t pos_ = 0, needed_ = 0;
   bool incomplete_ = false;
   std::string error_;
+  std::string scratch_;  // never written in a dry run
 };
 
 }  // namespace
@@ -123,7 +138,8 @@ std::string_view opName(Op op) {
 }
 
 absl::StatusOr<size_t> decode(std::string_view data, Generation& generation,
-                              const WireLimits& limits, Request& out) {
+                              const WireLimits& limits, Request& out, size_t* needed) {
+  if (needed) *needed = data.size() + 1;
   if (data.empty()) return 0;
   bool first = generation == Generation::kUnknown;
   if (first) {
@@ -150,58 +166,64 @@ absl::StatusOr<size_t> decode(std::string_view data, Generation& generation,
   if (out.op == Op::kValidate && !first) {
     return absl::InvalidArgumentError("VALIDATE after the connection's first message");
   }
-  Reader r(data.substr(1), limits);
-  uint64_t n = 0;
-  switch (out.op) {
-    case Op::kValidate:
-    case Op::kPing:
-      r.fixed(out.word);
-      break;
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
-      r.key(out.keys) && r.value(out.values);
-      break;
-    case Op::kCompareSet:
-      r.key(out.keys) && r.value(out.values) && r.value(out.values);
-      break;
-    case Op::kGet:
-    case Op::kWatchKey:
-    case Op::kDeleteKey:
-    case Op::kQueuePop:
-    case Op::kQueueLen:
-      r.key(out.keys);
-      break;
-    case Op::kAdd:
-      r.key(out.keys) && r.fixed(out.number);
-      break;
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-      if (r.count(n)) {
-        for (uint64_t i = 0; i < n && r.key(out.keys); ++i) {
+  auto parse = [&](Reader& r) {
+    uint64_t n = 0;
+    switch (out.op) {
+      case Op::kValidate:
+      case Op::kPing:
+        r.fixed(out.word);
+        break;
+      case Op::kSet:
+      case Op::kAppend:
+      case Op::kQueuePush:
+        r.key(out.keys) && r.value(out.values);
+        break;
+      case Op::kCompareSet:
+        r.key(out.keys) && r.value(out.values) && r.value(out.values);
+        break;
+      case Op::kGet:
+      case Op::kWatchKey:
+      case Op::kDeleteKey:
+      case Op::kQueuePop:
+      case Op::kQueueLen:
+        r.key(out.keys);
+        break;
+      case Op::kAdd:
+        r.key(out.keys) && r.fixed(out.number);
+        break;
+      case Op::kCheck:
+      case Op::kWait:
+      case Op::kMultiGet:
+        if (r.count(n)) {
+          for (uint64_t i = 0; i < n && r.key(out.keys); ++i) {
+          }
         }
-      }
-      break;
-    case Op::kMultiSet:
-      if (r.count(n)) {
-        for (uint64_t i = 0; i < n && r.key(out.keys) && r.value(out.values); ++i) {
+        break;
+      case Op::kMultiSet:
+        if (r.count(n)) {
+          for (uint64_t i = 0; i < n && r.key(out.keys) && r.value(out.values); ++i) {
+          }
         }
-      }
-      break;
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kList:
-      break;
+        break;
+      case Op::kNumKeys:
+      case Op::kCancelWait:
+      case Op::kList:
+        break;
+    }
+  };
+  // First only scan: a request still arriving is neither copied nor allocated.
+  Reader scan(data.substr(1), limits, /*dry=*/true);
+  parse(scan);
+  if (!scan.error().empty()) {
+    return absl::InvalidArgumentError(fmt::format("{}: {}", opName(out.op), scan.error()));
   }
-  if (!r.error().empty()) {
-    return absl::InvalidArgumentError(
-        fmt::format("{}: {}", opName(out.op), r.error()));
-  }
-  if (r.incomplete()) {
+  if (scan.incomplete()) {
     if (first) generation = Generation::kUnknown;  // decide again with the whole message
+    if (needed) *needed = 1 + scan.needed();
     return 0;
   }
+  Reader r(data.substr(1), limits, /*dry=*/false);
+  parse(r);
   if (out.op == Op::kValidate && out.word != kValidationMagic) {
     return absl::InvalidArgumentError(
         fmt::format("VALIDATE with magic {:#x}, expected {:#x}", out.word, kValidationMagic));

@@ -48,15 +48,18 @@ struct WireLimits {
   size_t maxKeyBytes = 4096;
   size_t maxValueBytes = 64u << 20;
   size_t maxKeysPerCall = 16384;
+  size_t maxRequestBytes = 256u << 20;  // one whole request (MULTI_SET, WAIT of many keys)
 };
 
 // Decodes one request from the front of `data`. Returns the bytes it used, or 0 when `data`
-// holds only part of a request. `generation` is decided by the connection's first bytes (a
+// holds only part of a request; then `*needed` (when given) is how many bytes `data` must hold
+// before another call can get further. An incomplete request is only scanned (lengths read,
+// nothing copied), so feeding a large request in small pieces costs no copying. `generation` is decided by the connection's first bytes (a
 // first byte other than 0, or 0 without the magic after it, is 1.13) and kept by the caller.
 // Errors (INVALID_ARGUMENT, one line; the caller closes the connection): an unknown type, a
 // length or count over a cap, a 2.x VALIDATE with the wrong magic or after the first message.
 absl::StatusOr<size_t> decode(std::string_view data, Generation& generation,
-                              const WireLimits& limits, Request& out);
+                              const WireLimits& limits, Request& out, size_t* needed = nullptr);
 
 // Encoders: append a reply's parts to `out`.
 void putU8(std::string& out, uint8_t v);

@@ -11,6 +11,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <unistd.h>
 
+#include <fcntl.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -313,6 +317,94 @@ TEST_F(Front, GarbageAbsurdLengthsAndVanishingClientsAreClosedAlone) {
   EXPECT_FALSE(*round(0).check({"/half", "/big"}));
   good.send(wire::Request{.op = wire::Op::kGet, .keys = {"/keep"}});
   EXPECT_EQ(good.bytes(), "1") << "the others go on";
+}
+
+size_t residentBytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A client that asks and never reads: the front stops working for it once its unread
+// replies pass a bound, instead of queueing gigabytes; when it reads again, work resumes.
+TEST_F(Front, AClientThatDoesNotReadGetsNoMoreWorkDone) {
+  RawClient c = v2();
+  std::string value(4u << 20, 'x');
+  c.send(wire::Request{.op = wire::Op::kSet, .keys = {"/big"}, .values = {value}});
+  size_t before = residentBytes();
+  std::string gets;
+  for (int i = 0; i < 1000; ++i) {  // 4 GB of replies asked for
+    gets += wire::encode({.op = wire::Op::kGet, .keys = {"/big"}}, wire::Generation::kV2);
+  }
+  c.send(gets);
+  std::this_thread::sleep_for(Ms(500));
+  EXPECT_LT(residentBytes(), before + (200u << 20)) << "replies piled up";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.bytes(), value) << "reply " << i;
+  // One request that would answer 64 GiB is refused, alone.
+  RawClient greedy = v2();
+  greedy.send(wire::Request{.op = wire::Op::kMultiGet,
+                            .keys = std::vector<std::string>(16384, "/big")});
+  EXPECT_TRUE(greedy.closedByServer());
+  EXPECT_LT(residentBytes(), before + (200u << 20));
+}
+
+// A large request arriving in small pieces is put together without copying it again and
+// again; partly received requests of all clients share one budget.
+TEST_F(Front, LargeRequestsInPiecesAndTheInputBudget) {
+  RawClient c = v2();
+  std::string value(32u << 20, 'y');
+  std::string req = wire::encode({.op = wire::Op::kSet, .keys = {"/v"}, .values = {value}},
+                                 wire::Generation::kV2);
+  for (size_t at = 0; at < req.size(); at += 4096) c.send(req.substr(at, 4096));
+  c.send(wire::Request{.op = wire::Op::kGet, .keys = {"/v"}});
+  EXPECT_EQ(c.bytes(), value);
+
+  auto small = std::make_shared<MemoryStore>();
+  std::string why;
+  int fd = net::listenTcp("127.0.0.1", 0, why);
+  auto front = TcpStoreFront::start(small, fd, {.runId = "job", .maxBufferedInput = 3u << 20});
+  ASSERT_TRUE(front.ok());
+  RawClient a((*front)->port()), b((*front)->port());
+  std::string partial = wire::encode({.op = wire::Op::kSet, .keys = {"/p"}, .values = {std::string(8u << 20, 'z')}},
+                                     wire::Generation::kV1);
+  a.send(partial.substr(0, 2u << 20));
+  std::this_thread::sleep_for(Ms(200));
+  b.send(partial.substr(0, 2u << 20));
+  EXPECT_TRUE(b.closedByServer()) << "the second partial request passes the budget";
+}
+
+// A connection belongs to the round of its first request: a worker of an old round that is
+// still going never writes into the next one.
+TEST_F(Front, AConnectionKeepsTheRoundItStartedIn) {
+  RawClient old = v2();
+  old.send(wire::Request{.op = wire::Op::kAdd, .keys = {"/n"}, .number = 1});
+  EXPECT_EQ(old.i64(), 1);
+  front_->setRound(1);
+  old.send(wire::Request{.op = wire::Op::kSet, .keys = {"/late"}, .values = {"x"}});
+  RawClient fresh = v2();
+  fresh.send(wire::Request{.op = wire::Op::kSet, .keys = {"/new"}, .values = {"y"}});
+  fresh.send(wire::Request{.op = wire::Op::kNumKeys});
+  EXPECT_EQ(fresh.i64(), 1);
+  EXPECT_TRUE(*round(0).check({"/late"}));
+  EXPECT_FALSE(*round(1).check({"/late"}));
+}
+
+// Accepted sockets are close-on-exec: a worker spawned while clients connect inherits none.
+TEST_F(Front, AcceptedSocketsAreCloseOnExec) {
+  RawClient a = v2(), b = v2();
+  std::this_thread::sleep_for(Ms(100));
+  int sockets = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:", 0) != 0) continue;
+    int fd = std::stoi(e.path().filename().string());
+    ++sockets;
+    EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC) << "descriptor " << fd;
+  }
+  EXPECT_GE(sockets, 5) << "listening socket, two clients, two accepted";
 }
 
 TEST_F(Front, SixtyFourClientsAddingAtOnceLoseNothing) {

@@ -397,6 +397,30 @@ TEST_F(LaunchTest, DuplicateFiltersAndPrefixTemplate) {
   EXPECT_EQ(filtered.find("chatter"), std::string::npos) << filtered;
 }
 
+// launch serves a store connection per rank, so it raises its own soft descriptor limit; the
+// workers get the limit they were started with.
+TEST_F(LaunchTest, LaunchRaisesItsDescriptorLimitButNotTheWorkers) {
+  std::string body = "ulimit -Sn > " + (dir_ / "worker_").string() + "$RANK\n"
+                     "grep 'Max open files' /proc/$PPID/limits | awk '{print $4}' > " +
+                     (dir_ / "launch_").string() + "$RANK\n";
+  std::string w = script("limits.sh", body);
+  std::string cmd = "ulimit -Sn 512; exec " + launchPath() + " --master_port=0 " + w;
+  Child c({"/bin/bash", "-c", cmd});
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  EXPECT_EQ(read("worker_0"), "512\n");
+  std::ifstream hard("/proc/self/limits");
+  std::string line, want;
+  while (std::getline(hard, line)) {
+    if (line.rfind("Max open files", 0) == 0) {
+      std::istringstream words(line.substr(14));
+      std::string soft, h;
+      words >> soft >> h;
+      want = h;
+    }
+  }
+  EXPECT_EQ(read("launch_0"), want + "\n") << "launch's soft limit is its hard limit";
+}
+
 TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
   // Rank 0 fails once rank 1 ignores SIGTERM (its file appears after the trap is set).
   std::string body = "trap '' TERM\necho $$ > " + (dir_ / "pid_").string() +
