@@ -349,29 +349,39 @@ TEST_F(LaunchTest, VirtualLocalRankNarrowsEachWorkerToItsDevice) {
 
 // --event-log-handler=console: torchelastic's event lines, one JSON object each.
 TEST_F(LaunchTest, ConsoleEventLogPrintsTorchelasticEvents) {
-  Child c(launch({"--nproc_per_node=2", "--event-log-handler=console",
-                  script("ev.sh", "[ \"$RANK\" = 1 ] && exit 4; exit 0\n")}));
-  ASSERT_EQ(c.wait(kRun)->code, 1);
-  std::map<std::string, int> seen;
-  std::istringstream lines(c.stderrText());
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("{\"name\": \"torchelastic.worker.status.", 0) != 0) continue;
-    auto event = nlohmann::json::parse(line);
-    std::string key = event["source"].get<std::string>() + " " + event["metadata"]["state"].get<std::string>();
-    ++seen[key];
-    EXPECT_EQ(event["timestamp"], 0);
-    EXPECT_TRUE(event["metadata"]["metadata"].is_string()) << "torchelastic nests it as a string";
-    if (key == "WORKER FAILED") {
-      EXPECT_EQ(event["metadata"]["global_rank"], 1);
-      auto inner = nlohmann::json::parse(event["metadata"]["metadata"].get<std::string>());
-      EXPECT_EQ(inner["exit_code"], nlohmann::json::array({4}));
+  auto events = [](const std::string& err) {
+    std::map<std::string, int> seen;
+    std::istringstream lines(err);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("{\"name\": \"torchelastic.worker.status.", 0) != 0) continue;
+      auto event = nlohmann::json::parse(line);
+      std::string key = event["source"].get<std::string>() + " " + event["metadata"]["state"].get<std::string>();
+      ++seen[key];
+      EXPECT_EQ(event["timestamp"], 0);
+      EXPECT_TRUE(event["metadata"]["metadata"].is_string()) << "torchelastic nests it as a string";
+      if (key == "WORKER FAILED") {
+        EXPECT_EQ(event["metadata"]["global_rank"], 1);
+        auto inner = nlohmann::json::parse(event["metadata"]["metadata"].get<std::string>());
+        EXPECT_EQ(inner["exit_code"], nlohmann::json::array({4}));
+      }
     }
-  }
+    return seen;
+  };
+  // Rank 1 fails; rank 0, still running, is stopped by launch.
+  Child c(launch({"--nproc_per_node=2", "--event-log-handler=console",
+                  script("ev.sh", "[ \"$RANK\" = 1 ] && exit 4\nsleep 30 & wait\n")}));
+  ASSERT_EQ(c.wait(kRun)->code, 1);
+  auto seen = events(c.stderrText());
   EXPECT_EQ(seen["AGENT RENDEZVOUS"], 1);
   EXPECT_EQ(seen["WORKER START"], 2);
   EXPECT_EQ(seen["WORKER FAILED"], 1);
-  EXPECT_EQ(seen["WORKER SUCCEEDED"], 1);
+  EXPECT_EQ(seen["WORKER TERMINATED"], 1);
   EXPECT_EQ(seen["AGENT FAILED"], 1);
+  Child ok(launch({"--nproc_per_node=2", "--event-log-handler=console", script("ok.sh", "exit 0\n")}));
+  ASSERT_EQ(ok.wait(kRun)->code, 0);
+  seen = events(ok.stderrText());
+  EXPECT_EQ(seen["WORKER SUCCEEDED"], 2);
+  EXPECT_EQ(seen["AGENT SUCCEEDED"], 1);
 }
 
 // --duplicate-stdout-filters and the line prefix template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).

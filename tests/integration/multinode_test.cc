@@ -137,10 +137,14 @@ TEST_F(MultiNode, TwoNodesWithoutSharedDirRunAndTheChannelNamesTheFlag) {
   auto d = node(staticFlags(2, 1, 1), tool, false);
   ASSERT_EQ(c->wait(kRun)->code, 1);
   ASSERT_EQ(d->wait(kRun)->code, 1);
+  // Each rank fails at create(); the slower node may be stopped by the other's failure first.
+  std::string both = c->stderrText() + d->stderrText();
+  EXPECT_NE(both.find("this job spans 2 nodes and launch was given no --shared_dir"), std::string::npos)
+      << both;
   for (auto* n : {c.get(), d.get()}) {
-    EXPECT_NE(n->stderrText().find("this job spans 2 nodes and launch was given no --shared_dir"),
-              std::string::npos)
-        << n->stderrText();
+    bool own = n->stderrText().find("launch was given no --shared_dir") != std::string::npos;
+    bool told = n->stderrText().find("the job failed: node") != std::string::npos;
+    EXPECT_TRUE(own || told) << n->stderrText();
   }
 }
 
