@@ -26,6 +26,7 @@
 #include "common/net.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "launcher/console.h"
 #include "launcher/events.h"
 #include "launcher/numa.h"
 #include "rendezvous/local_store.h"
@@ -669,7 +670,8 @@ std::string Agent::linePrefix(int localRank, int globalRank) const {
 absl::Status Agent::startRound() {
   stopping_ = Stopping::kNo;
   group_ = std::make_unique<WorkerGroup>(io_, reaper_,
-                                         [this](const WorkerState& w) { onWorkerExit(w); });
+                                         [this](const WorkerState& w) { onWorkerExit(w); },
+                                         WorkerGroup::Consoles{stdout_.get(), stderr_.get()});
   group_->onSettled([this] { onRoundSettled(); });
   roundStarted_ = std::chrono::steady_clock::now();
   auto specs = roundSpecs();
@@ -751,6 +753,9 @@ void Agent::onRoundSettled() {
   graceTimer_.cancel();
   drainTimer_.cancel();
   emitWorkerEvents();
+  if (group_) {
+    for (const auto& [file, loss] : group_->logLosses()) lostLogs_[file] = loss;
+  }
   double roundSecs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - roundStarted_).count();
   if (stopping_ == Stopping::kNo) {
@@ -1030,6 +1035,9 @@ int Agent::run() {
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);
+  // After the guard's fork: these start threads.
+  stdout_ = std::make_unique<ConsoleStream>(STDOUT_FILENO, "stdout");
+  stderr_ = std::make_unique<ConsoleStream>(STDERR_FILENO, "stderr");
   // --signals_to_handle stop the job; SIGUSR1/2 are notices unless listed there.
   std::set<int> caught(options_.stopSignals.begin(), options_.stopSignals.end());
   caught.insert({SIGUSR1, SIGUSR2, SIGCHLD});
@@ -1056,6 +1064,18 @@ int Agent::run() {
   }
   io_.run();
   group_.reset();
+  // The workers' last lines reach the console before launch's own last words, if the reader
+  // takes them within a moment; a reader that never reads does not hold launch.
+  stdout_->drain(Millis(2000));
+  stderr_->drain(Millis(2000));
+  for (const auto& [file, loss] : lostLogs_) {
+    std::fprintf(stderr, "launch: %zu byte(s) of output were lost: %s could not be written (%s)\n",
+                 loss.bytes, file.c_str(), loss.error.c_str());
+  }
+  if (size_t dropped = stdout_->droppedBytes() + stderr_->droppedBytes(); dropped > 0) {
+    std::fprintf(stderr, "launch: %zu byte(s) of worker output were not shown: the console did not "
+                 "take them (a stalled or closed reader)\n", dropped);
+  }
   if (rdzv_) rdzv_->stopWatch();
   if (joinThread_.joinable()) joinThread_.detach();  // a join still waiting dies with the process
   if (front_) front_->shutdown();

@@ -11,6 +11,7 @@
 
 #include <boost/asio.hpp>
 
+#include "launcher/console.h"
 #include "launcher/options.h"
 #include "launcher/reaper.h"
 #include "launcher/worker_group.h"
@@ -146,6 +147,10 @@ class Agent {
   std::chrono::steady_clock::time_point roundStarted_;
   int exitCode_ = 1;
   std::string numaError_;  // why --numa_binding could not bind this round
+  // The workers' console output, written off the event loop (made in run(), after the
+  // orphan guard's fork, since they start threads).
+  std::unique_ptr<ConsoleStream> stdout_, stderr_;
+  std::map<std::string, WorkerGroup::LogLoss> lostLogs_;
   std::chrono::steady_clock::time_point launched_, joinStarted_;
 };
 

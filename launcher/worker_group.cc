@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "launcher/console.h"
 
 namespace muster::launcher {
 namespace bp = boost::process;
@@ -60,14 +61,19 @@ int openLog(const std::string& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 }
 
-void writeAll(int fd, const char* data, size_t size) {
+// 0, or the errno that stopped the write (with *lost the bytes not written).
+int writeAll(int fd, const char* data, size_t size, size_t* lost = nullptr) {
   while (size > 0) {
     ssize_t n = write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
+    if (n <= 0) {
+      if (lost) *lost = size;
+      return n < 0 ? errno : EIO;
+    }
     data += n;
     size -= static_cast<size_t>(n);
   }
+  return 0;
 }
 
 }  // namespace
@@ -90,10 +96,13 @@ std::string signalName(int sig) {
 struct WorkerGroup::Pump {
   Pump(asio::io_context& io, int fd) : stream(io, fd) {}
   asio::posix::stream_descriptor stream;
+  WorkerGroup* group = nullptr;
   WorkerState* worker = nullptr;
   bool isErr = false;
-  int consoleFd = -1;  // 1, 2 or -1
+  ConsoleStream* console = nullptr;  // launch's stdout or stderr, or none
+  bool consoleGone = false;          // its reader went away
   int fileFd = -1;
+  std::string filePath;
   std::string prefix;
   std::string partial;
   std::shared_ptr<int> filteredFd;  // --duplicate_*_filters' file, or null
@@ -104,17 +113,16 @@ struct WorkerGroup::Pump {
     if (fileFd >= 0) close(fileFd);
   }
 
+  // True when nothing but the console wanted this stream and the console's reader is gone:
+  // the worker should then see a closed pipe itself, as if it wrote to the console directly.
+  bool unwanted() const { return consoleGone && fileFd < 0 && !filteredFd && !isErr; }
+
   void line(const char* data, size_t size, bool newline) {
-    if (consoleFd >= 0) {
-      if (prefix.empty()) {
-        writeAll(consoleFd, data, size);
-        if (newline) writeAll(consoleFd, "\n", 1);
-      } else {
-        std::string out = prefix;
-        out.append(data, size);
-        if (newline) out += '\n';
-        writeAll(consoleFd, out.data(), out.size());
-      }
+    if (console != nullptr && !consoleGone) {
+      std::string out = prefix;
+      out.append(data, size);
+      if (newline) out += '\n';
+      if (!console->write(std::move(out))) consoleGone = true;
     }
     if (filteredFd && *filteredFd >= 0 && filters != nullptr) {
       std::string_view text(data, size);
@@ -125,7 +133,10 @@ struct WorkerGroup::Pump {
         std::string out = prefix;
         out.append(data, size);
         out += '\n';
-        writeAll(*filteredFd, out.data(), out.size());
+        size_t lost = 0;
+        if (int err = writeAll(*filteredFd, out.data(), out.size(), &lost); err != 0) {
+          group->logLost(isErr ? "filtered_stderr.log" : "filtered_stdout.log", err, lost);
+        }
       }
     }
     if (isErr && worker != nullptr) {
@@ -136,7 +147,10 @@ struct WorkerGroup::Pump {
   }
 
   void consume(size_t n) {
-    if (fileFd >= 0) writeAll(fileFd, buffer.data(), n);
+    if (fileFd >= 0) {
+      size_t lost = 0;
+      if (int err = writeAll(fileFd, buffer.data(), n, &lost); err != 0) group->logLost(filePath, err, lost);
+    }
     partial.append(buffer.data(), n);
     size_t start = 0, nl;
     while ((nl = partial.find('\n', start)) != std::string::npos) {
@@ -157,8 +171,18 @@ struct WorkerGroup::Pump {
   }
 };
 
-WorkerGroup::WorkerGroup(asio::io_context& io, Reaper& reaper, ExitHandler onExit)
-    : io_(io), reaper_(reaper), onExit_(std::move(onExit)) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, Reaper& reaper, ExitHandler onExit, Consoles consoles)
+    : io_(io), reaper_(reaper), onExit_(std::move(onExit)), consoles_(consoles) {}
+
+void WorkerGroup::logLost(const std::string& file, int err, size_t bytes) {
+  auto& loss = logLosses_[file];
+  if (loss.bytes == 0 && loss.error.empty()) {
+    // Once per file, at once: the rest is counted for the end-of-job summary.
+    logger()->warn("cannot write the log {}: {}; its output is being lost", file, std::strerror(err));
+    loss.error = std::strerror(err);
+  }
+  loss.bytes += bytes;
+}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
@@ -223,9 +247,14 @@ absl::Status WorkerGroup::start(std::vector<WorkerSpec> specs) {
       p->worker = &w;
       p->isErr = isErr;
       bool console = isErr ? w.spec.stderrToConsole : w.spec.stdoutToConsole;
-      p->consoleFd = console ? (isErr ? STDERR_FILENO : STDOUT_FILENO) : -1;
+      p->group = this;
+      p->console = console ? (isErr ? consoles_.err : consoles_.out) : nullptr;
       const std::string& file = isErr ? w.spec.stderrFile : w.spec.stdoutFile;
-      if (!file.empty()) p->fileFd = openLog(file);
+      if (!file.empty()) {
+        p->filePath = file;
+        p->fileFd = openLog(file);
+        if (p->fileFd < 0) logLost(file, errno, 0);
+      }
       p->prefix = w.spec.prefix;
       const std::string& filtered = isErr ? w.spec.filteredStderrFile : w.spec.filteredStdoutFile;
       if (!filtered.empty()) {
@@ -253,8 +282,15 @@ void WorkerGroup::pump(std::shared_ptr<Pump> p) {
                                                                size_t n) {
     if (!ec) {
       p->consume(n);
-      pump(p);
-      return;
+      if (p->unwanted()) {
+        // The reader of launch's stdout is gone (| head): close the worker's pipe, so that
+        // its next write fails with EPIPE/SIGPIPE as it would under torchrun.
+        boost::system::error_code ignored;
+        p->stream.close(ignored);
+      } else {
+        pump(p);
+        return;
+      }
     }
     p->finish();
     if (p->worker != nullptr) --p->worker->openStreams;

@@ -20,6 +20,8 @@
 
 namespace muster::launcher {
 
+class ConsoleStream;
+
 struct WorkerSpec {
   int localRank = 0;
   int globalRank = 0;
@@ -60,7 +62,19 @@ class WorkerGroup {
   static constexpr size_t kTailLines = 20;
   using ExitHandler = std::function<void(const WorkerState&)>;
 
-  WorkerGroup(boost::asio::io_context& io, Reaper& reaper, ExitHandler onExit);
+  // Where console output goes: launch's stdout and stderr, written off the event loop.
+  struct Consoles {
+    ConsoleStream* out = nullptr;
+    ConsoleStream* err = nullptr;
+  };
+  // Output lost to a log file that could not be written.
+  struct LogLoss {
+    std::string error;
+    size_t bytes = 0;
+  };
+
+  WorkerGroup(boost::asio::io_context& io, Reaper& reaper, ExitHandler onExit,
+              Consoles consoles);
   ~WorkerGroup();
 
   // Starts every worker. On an error (one line naming the rank and the program), the workers
@@ -77,6 +91,10 @@ class WorkerGroup {
   bool settled() const;
   const std::vector<std::unique_ptr<WorkerState>>& workers() const { return workers_; }
 
+  const std::map<std::string, LogLoss>& logLosses() const { return logLosses_; }
+  // Records output that could not be written to `file` (a warning the first time).
+  void logLost(const std::string& file, int err, size_t bytes);
+
   // Called when settled() may have become true.
   void onSettled(std::function<void()> callback) { settledCallback_ = std::move(callback); }
 
@@ -91,6 +109,8 @@ class WorkerGroup {
   std::vector<std::unique_ptr<WorkerState>> workers_;
   std::function<void()> settledCallback_;
   std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
+  Consoles consoles_;
+  std::map<std::string, LogLoss> logLosses_;
 };
 
 // Raises this process's soft descriptor limit to its hard limit (the store serves a connection

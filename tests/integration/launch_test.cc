@@ -1,6 +1,11 @@
 // launch as a real process running real workers: environment, failures and their report,
 // signals, the orphan guard, restarts, logs, and the store reachable from the workers.
 #include <gtest/gtest.h>
+#include <algorithm>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <spawn.h>
 #include <nlohmann/json.hpp>
 #include <netinet/in.h>
 #include <signal.h>
@@ -429,6 +434,82 @@ TEST_F(LaunchTest, LaunchRaisesItsDescriptorLimitButNotTheWorkers) {
     }
   }
   EXPECT_EQ(read("launch_0"), want + "\n") << "launch's soft limit is its hard limit";
+}
+
+// A reader that stops reading launch's stdout does not stall launch: SIGTERM is still acted
+// on (the workers' output through launch goes to a bounded queue off the event loop).
+TEST_F(LaunchTest, AStalledReaderDoesNotStallLaunch) {
+  std::string body = "trap 'exit 0' TERM\necho ready > " + (dir_ / "ready_").string() +
+                     "$RANK\nwhile true; do echo \"a line of output that nobody reads\"; done\n";
+  std::vector<std::string> args = launch({"--nproc_per_node=2", "--prefix_output", "--grace_period=2",
+                                          script("chatty.sh", body)});
+  int stalled[2];
+  ASSERT_EQ(pipe2(stalled, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, stalled[1], 1);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(stalled[1]);
+  ASSERT_TRUE(awaitFiles("ready_", 2));
+  std::this_thread::sleep_for(milliseconds(500));  // long enough to fill the 64 KiB pipe
+  kill(pid, SIGTERM);
+  int status = 0;
+  bool exited = false;
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(30000);
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(milliseconds(10));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  close(stalled[0]);
+  ASSERT_TRUE(exited) << "launch did not act on SIGTERM while its stdout was stalled";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+}
+
+// launch --prefix_output prog | head -2: the reader goes away, and the workers see their own
+// output's pipe closed, as under torchrun: they die of SIGPIPE and the job ends.
+TEST_F(LaunchTest, AClosedStdoutEndsTheWorkersAsUnderTorchrun) {
+  std::string w = script("yes.sh", "exec yes 'a line'\n");
+  std::string cmd = "set -o pipefail; " + launchPath() + " --master_port=0 --nproc_per_node=2 --prefix_output " +
+                    w + " | head -2";
+  Child c({"/bin/bash", "-c", cmd});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value()) << "the job did not end";
+  std::string out = c.stdoutText();
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;
+  EXPECT_EQ(exit->code, 1) << c.stderrText();
+  EXPECT_NE(c.stderrText().find("was killed by SIGPIPE"), std::string::npos) << c.stderrText();
+}
+
+// A log file that cannot be written (a full disk): one warning naming it at once, and the end
+// says how much was lost where.
+TEST_F(LaunchTest, AFullLogDiskIsReportedNotSilentlyLost) {
+  fs::path logs = dir_ / "logs";
+  fs::create_directories(logs);
+  if (mount("tmpfs", logs.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+  }
+  std::string w = script("much.sh", "head -c 1048576 /dev/zero | tr '\\0' 'x' | fold -w 100\n");
+  Child c(launch({"--nproc_per_node=1", "--redirects=1", "--log_dir", logs.string(), w}));
+  auto exit = c.wait(kRun);
+  umount2(logs.c_str(), MNT_DETACH);
+  ASSERT_TRUE(exit.has_value());
+  std::string err = c.stderrText();
+  EXPECT_NE(err.find("cannot write the log "), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  size_t warnings = 0;
+  for (size_t at = 0; (at = err.find("cannot write the log ", at)) != std::string::npos; ++at) ++warnings;
+  EXPECT_EQ(warnings, 1u) << "once, not per write";
+  EXPECT_NE(err.find("byte(s) of output were lost: "), std::string::npos) << err;
+  EXPECT_NE(err.find("stdout.log could not be written (No space left on device)"), std::string::npos) << err;
 }
 
 TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
