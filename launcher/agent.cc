@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -726,6 +728,7 @@ void Agent::onWorkerExit(const WorkerState& w) {
   if (group_->allExited()) {
     // Whatever the workers left behind in their process groups goes too: no orphans.
     group_->signalAll(SIGKILL);
+    killLeftovers();
   }
 }
 
@@ -866,6 +869,65 @@ void Agent::onRoundSettled() {
   finish(1);
 }
 
+void Agent::reapOrphans() {
+  // launch is a child subreaper: a worker's descendants whose parent died come to it. Reap
+  // them as they exit (peeking first, so that a worker's exit stays the group's to reap).
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    pid_t pid = info.si_pid;
+    if (group_ && group_->owns(pid)) {
+      group_->reap();
+      if (group_ && group_->owns(pid)) return;  // not reapable yet
+      continue;
+    }
+    waitpid(pid, nullptr, WNOHANG);
+  }
+}
+
+void Agent::killLeftovers() {
+  // Every process below launch, but the orphan guard, once the round's workers have all
+  // exited: daemons that left their worker's process group (setsid, double fork) came to
+  // launch as their subreaper, and go with the round.
+  std::map<pid_t, pid_t> parent;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (state != 'Z') parent[std::stoi(name)] = ppid;
+  }
+  pid_t self = getpid(), guard = reaper_.pid();
+  std::vector<pid_t> leftovers;
+  for (const auto& [pid, ppid] : parent) {
+    // Walk up: is it below launch, and not below the guard?
+    bool below = false;
+    for (pid_t p = ppid, hops = 0; p > 1 && hops < 4096; p = parent.count(p) ? parent[p] : 0, ++hops) {
+      if (p == guard) break;
+      if (p == self) {
+        below = pid != guard;
+        break;
+      }
+    }
+    if (below) leftovers.push_back(pid);
+  }
+  if (leftovers.empty()) return;
+  std::string pids;
+  for (pid_t p : leftovers) {
+    kill(p, SIGKILL);
+    pids += (pids.empty() ? "" : ",") + std::to_string(p);
+  }
+  logger()->warn("killed {} process(es) the workers left behind outside their process groups "
+                 "(pids {}): a daemon (setsid, double fork) does not outlive the job", leftovers.size(), pids);
+}
+
 void Agent::dropRound() {
   // The next round gets a fresh namespace and channel directory (a restarted rendezvousd may
   // hand out the same round number again).
@@ -992,6 +1054,7 @@ void Agent::armSignals() {
     if (ec) return;
     if (sig == SIGCHLD) {
       if (group_) group_->reap();
+      reapOrphans();
     } else if ((sig == SIGUSR1 || sig == SIGUSR2) &&
                std::find(options_.stopSignals.begin(), options_.stopSignals.end(), sig) ==
                    options_.stopSignals.end()) {
@@ -1029,6 +1092,9 @@ void Agent::armSignals() {
 int Agent::run() {
   launched_ = std::chrono::steady_clock::now();
   raiseFileLimit();
+  // Orphaned descendants of the workers (double-forked daemons) come to launch, not to init,
+  // so that they end with the job.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   // The guard first: it must be forked before any thread starts (the store's are next).
   if (auto s = reaper_.start(); !s.ok()) {
     logger()->error("cannot start the orphan guard: {}", std::string(s.message()));

@@ -70,6 +70,11 @@ class Agent {
   void onRoundSettled();
   // Deletes the finished round's keys and channel directory before the next round.
   void dropRound();
+  // launch is a child subreaper: reaps adopted descendants as they exit.
+  void reapOrphans();
+  // SIGKILLs every process still below launch (but the orphan guard) once the round's workers
+  // have exited: daemons that left their process group.
+  void killLeftovers();
   void finish(int code);
   // The workers' store (TORCHELASTIC_USE_AGENT_STORE=True): holds MASTER_PORT from the moment
   // it is chosen (`fd`), and serves it once this node is group rank 0.

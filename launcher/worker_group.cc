@@ -322,6 +322,13 @@ void WorkerGroup::signalAll(int sig) {
   }
 }
 
+bool WorkerGroup::owns(pid_t pid) const {
+  for (const auto& w : workers_) {
+    if (w->pid == pid && !w->exit) return true;
+  }
+  return false;
+}
+
 bool WorkerGroup::allExited() const {
   for (const auto& w : workers_) {
     if (!w->exit) return false;

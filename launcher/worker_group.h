@@ -87,6 +87,8 @@ class WorkerGroup {
   void reap();
 
   bool allExited() const;
+  // True for a worker of this group that has not been reaped yet.
+  bool owns(pid_t pid) const;
   // All exited and every output pipe drained (so the last lines are complete).
   bool settled() const;
   const std::vector<std::unique_ptr<WorkerState>>& workers() const { return workers_; }

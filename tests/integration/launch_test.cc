@@ -512,6 +512,23 @@ TEST_F(LaunchTest, AFullLogDiskIsReportedNotSilentlyLost) {
   EXPECT_NE(err.find("stdout.log could not be written (No space left on device)"), std::string::npos) << err;
 }
 
+// A worker's double-forked daemon in a session of its own (out of the worker's process group)
+// ends with the job: launch is the child subreaper that adopts it.
+TEST_F(LaunchTest, ADoubleForkedDaemonDoesNotOutliveTheJob) {
+  std::string pid = (dir_ / "daemon_").string() + "$RANK";
+  std::string body = "( setsid sleep 300 & echo $! > " + pid + ".tmp && mv " + pid + ".tmp " + pid +
+                     " )\nwhile [ ! -e " + pid + " ]; do sleep 0.01; done\nexit 0\n";
+  Child c(launch({"--nproc_per_node=2", script("daemon.sh", body)}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+  auto daemons = pidsIn("daemon_", 2);
+  ASSERT_EQ(daemons.size(), 2u);
+  EXPECT_TRUE(allGone(daemons)) << "a setsid daemon outlived the job";
+  EXPECT_NE(c.stderrText().find("killed 2 process(es) the workers left behind"), std::string::npos)
+      << c.stderrText();
+}
+
 TEST_F(LaunchTest, WorkersIgnoringSigtermAreKilledAfterTheGracePeriod) {
   // Rank 0 fails once rank 1 ignores SIGTERM (its file appears after the trap is set).
   std::string body = "trap '' TERM\necho $$ > " + (dir_ / "pid_").string() +
