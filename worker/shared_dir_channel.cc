@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
 namespace muster::worker {
@@ -22,7 +23,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'M', 'U', 'S', 'T', 'R', 'C', 'H', '1'};
-constexpr uint32_t kVersion = 1;
+// 2: the header carries a checksum of its own (the 64 bytes and the shape after them).
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kMaxDims = 64;
 constexpr size_t kChunk = 8u << 20;
 enum Kind : uint32_t { kTensor = 1, kBytes = 2 };
@@ -39,7 +41,7 @@ struct FileHeader {
   uint32_t ndim;
   int32_t srcRank;
   uint32_t headerBytes;
-  uint8_t reserved[8];
+  uint64_t headerChecksum;  // XXH3 of the header region with this field zero
 };
 static_assert(sizeof(FileHeader) == 64, "the header is 64 bytes on disk");
 
@@ -285,6 +287,8 @@ absl::Status SharedDirChannel::publish(const std::string& name, const Payload& p
   XXH3_freeState(state);
   std::memcpy(head.data(), &h, sizeof(h));
   std::memcpy(head.data() + sizeof(h), p.shape.data(), 8 * p.shape.size());
+  h.headerChecksum = XXH3_64bits(head.data(), head.size());
+  std::memcpy(head.data(), &h, sizeof(h));
   ok = ok && pwrite(fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size());
   int err = errno;
   if (close(fd) != 0 && ok) {
@@ -319,19 +323,24 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
         options_.timeout.count() / 1000.0, env_.rank));
   }
   std::vector<std::string> f = absl::StrSplit(announcement, absl::MaxSplits('|', 4));
-  if (f.size() >= 3 && f[0] == "ERROR") {
-    return absl::Status(static_cast<absl::StatusCode>(std::atoi(f[1].c_str())),
-                        fmt::format("rank {} could not send {}: {}", src, expectedPath, f[2]));
-  }
-  if (f.size() != 5) {
+  auto malformed = [&] {
     return absl::DataLossError(fmt::format("the announcement of {} by rank {} is malformed: '{}'",
                                            expectedPath, src, announcement));
+  };
+  if (f.size() >= 3 && f[0] == "ERROR") {
+    int code = 0;
+    if (!absl::SimpleAtoi(f[1], &code) || code <= 0 || code > 16) return malformed();
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        fmt::format("rank {} could not send {}: {}", src, expectedPath, f[2]));
   }
+  if (f.size() != 5) return malformed();
   const std::string& path = f[0];
-  uint64_t transferId = std::stoull(f[1], nullptr, 16);
-  uint64_t bytes = std::stoull(f[2]);
-  uint64_t checksum = std::stoull(f[3], nullptr, 16);
-  int receivers = std::stoi(f[4]);
+  uint64_t transferId = 0, bytes = 0, checksum = 0;
+  int receivers = 0;
+  if (!absl::SimpleHexAtoi(f[1], &transferId) || !absl::SimpleAtoi(f[2], &bytes) ||
+      !absl::SimpleHexAtoi(f[3], &checksum) || !absl::SimpleAtoi(f[4], &receivers) || receivers < 1) {
+    return malformed();
+  }
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(fmt::format("{} from rank {}: {}", path, src, why));
   };
@@ -347,13 +356,20 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   }
   auto mapping = std::make_shared<Mapping>();
   mapping->length = size;
-  // MAP_POPULATE maps the whole file at once: far cheaper than a page fault per 4 KiB.
-  mapping->base = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // A private, writable mapping: the received tensor is an ordinary tensor that in-place ops
+  // may change (copy on write, page by page); the file and the other receivers never see it.
+  mapping->base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   close(fd);
   if (mapping->base == MAP_FAILED) {
     mapping->base = nullptr;
     return bad(fmt::format("cannot map it: {}", std::strerror(errno)));
   }
+  // Map every page at once, read-only until written: far cheaper than a fault per 4 KiB.
+  // (MAP_POPULATE would copy every page of a writable private mapping.)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+  if (madvise(mapping->base, size, MADV_POPULATE_READ) != 0) madvise(mapping->base, size, MADV_WILLNEED);
   madvise(mapping->base, size, MADV_SEQUENTIAL);
   FileHeader h;
   std::memcpy(&h, mapping->base, sizeof(h));
@@ -362,8 +378,18 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   if (h.transferId != transferId) {
     return bad("a foreign file: its transfer id is not the one rank announced");
   }
-  if (h.payloadBytes != bytes || h.ndim > kMaxDims || h.headerBytes < sizeof(FileHeader) + 8 * h.ndim) {
+  if (h.payloadBytes != bytes || h.ndim > kMaxDims || h.headerBytes < sizeof(FileHeader) + 8 * h.ndim ||
+      h.headerBytes > size) {
     return bad("its header disagrees with the announcement");
+  }
+  {
+    FileHeader zeroed = h;
+    zeroed.headerChecksum = 0;
+    std::string head(static_cast<const char*>(mapping->base), h.headerBytes);
+    std::memcpy(head.data(), &zeroed, sizeof(zeroed));
+    if (XXH3_64bits(head.data(), head.size()) != h.headerChecksum) {
+      return bad("corrupted: the header's checksum does not match");
+    }
   }
   if (size != h.headerBytes + bytes) {
     return bad(fmt::format("truncated or padded: {} bytes where {} were announced", size,
@@ -382,19 +408,26 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   r.shape.resize(h.ndim);
   std::memcpy(r.shape.data(), static_cast<const char*>(mapping->base) + sizeof(h), 8 * h.ndim);
   int64_t elements = 1;
-  for (int64_t d : r.shape) elements *= d;
+  for (int64_t d : r.shape) {
+    if (d < 0) return bad(fmt::format("its shape has a negative dimension ({})", d));
+    if (__builtin_mul_overflow(elements, d, &elements)) return bad("its shape's element count overflows");
+  }
   if (r.kind == kTensor) {
     if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
       return bad(fmt::format("unknown dtype code {}", h.dtype));
     }
-    if (static_cast<uint64_t>(elements) * c10::elementSize(r.dtype) != bytes) {
+    uint64_t total = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(c10::elementSize(r.dtype)), &total) ||
+        total != bytes) {
       return bad("its shape and dtype do not add up to its length");
     }
   }
-  // The last receiver deletes the file; the mapping keeps the data.
+  // The last receiver deletes the file; the mapping keeps the data. Across nodes the file is
+  // left to the round's clean-up (launch removes the round's directory): another node may
+  // still map it, and a network file system does not keep an unlinked file for it.
   try {
     if (store_->add(doneKey(name), 1) >= receivers) {
-      unlink(path.c_str());
+      if (env_.groupWorldSize <= 1) unlink(path.c_str());
       store_->deleteKey(annKey(name));
       store_->deleteKey(doneKey(name));
     }

@@ -3,6 +3,7 @@
 #include "worker/shared_dir_channel.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 #include <sys/mount.h>
 #include <torch/torch.h>
 
@@ -187,6 +188,65 @@ TEST_F(ChannelTest, CorruptedFileIsRefusedNamingFileAndRank) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("corrupted"), std::string::npos) << s;
   EXPECT_NE(s.message().find("p2p.0.0.0.0.mt from rank 0"), std::string::npos) << s;
+}
+
+// Rewrites the header's first dimension and, like a forger would, its checksum.
+void forgeFirstDimension(const fs::path& p, int64_t dim) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  std::string head(128, '\0');
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  uint32_t headerBytes = 0;
+  std::memcpy(&headerBytes, head.data() + 52, 4);
+  head.resize(headerBytes);
+  f.clear();
+  f.seekg(0);
+  f.read(head.data(), headerBytes);
+  std::memcpy(head.data() + 64, &dim, 8);
+  std::memset(head.data() + 56, 0, 8);
+  uint64_t sum = XXH3_64bits(head.data(), head.size());
+  std::memcpy(head.data() + 56, &sum, 8);
+  f.clear();
+  f.seekp(0);
+  f.write(head.data(), headerBytes);
+}
+
+TEST_F(ChannelTest, HeaderIsCheckedCompletely) {
+  {
+    auto c = open(0, 1);
+    // A flipped shape byte: the header's own checksum catches it.
+    auto s = spoiledReceive(this, *c, [](const fs::path& p) {
+      std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(65);
+      f.put('\x7f');
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("the header's checksum does not match"), std::string::npos) << s;
+  }
+  {
+    auto c = open(0, 1);
+    auto s = spoiledReceive(this, *c, [](const fs::path& p) { forgeFirstDimension(p, -1000); });
+    EXPECT_NE(s.message().find("negative dimension (-1000)"), std::string::npos) << s;
+  }
+  {
+    auto c = open(0, 1);
+    auto s = spoiledReceive(this, *c, [](const fs::path& p) { forgeFirstDimension(p, int64_t{1} << 62); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("do not add up"), std::string::npos) << s;
+  }
+}
+
+// A received tensor is an ordinary tensor: in-place ops work (they crashed on the read-only
+// mapping), and change neither the file nor what another receiver gets.
+TEST_F(ChannelTest, ReceivedTensorsAreWritableAndPrivate) {
+  ranks(3, [](int rank, SharedDirChannel& c) {
+    auto got = c.broadcast(torch::arange(4096, torch::kFloat32), 0);
+    ASSERT_TRUE(got.ok()) << got.status();
+    got->add_(rank * 1000);
+    got->mul_(2);
+    EXPECT_EQ(got->index({10}).item<float>(), (10.0f + rank * 1000) * 2);
+    auto again = c.allGather(torch::tensor({static_cast<float>(rank)}));
+    ASSERT_TRUE(again.ok());
+  });
 }
 
 TEST_F(ChannelTest, TruncatedFileIsRefused) {
