@@ -148,6 +148,29 @@ TEST_F(Train, WorldSizeThatDisagreesWithTheConfigIsOneClearLine) {
   EXPECT_NE(err.find("distributed_world_size is 3 but launch started 2 ranks"), std::string::npos) << err;
 }
 
+// Inputs that used to fail late (after an epoch, with a LibTorch stack) or not at all are
+// refused before training starts, naming the field.
+TEST_F(Train, BadInputsAreRefusedBeforeTrainingStarts) {
+  std::ofstream(dir_ / "empty.tsv") << "sentence\tlabel\n";
+  fs::path p = dir_ / "empty.json";
+  std::ofstream(p) << "{\"train_path\": \"" << (dir_ / "empty.tsv").string() << "\"}";
+  Child empty({workerPath(), "train", "--config", p.string()});
+  EXPECT_EQ(empty.wait(kRun)->code, 2);
+  EXPECT_NE(empty.stderrText().find("holds no examples"), std::string::npos) << empty.stderrText();
+  // A checkpoint that cannot be written fails now, on every rank, not after the first epoch.
+  std::ofstream(dir_ / "afile") << "not a directory";
+  fs::path q = dir_ / "nosave.json";
+  std::ofstream(q) << "{\"train_path\": \"" << (data_ / "train.tsv").string() << "\", \"save_path\": \""
+                   << (dir_ / "afile" / "m.ckpt").string() << "\"}";
+  std::string err;
+  auto exit = run(2, {"train", "--config", q.string()}, &err);
+  EXPECT_EQ(exit.code, 1);
+  EXPECT_NE(err.find("save_path cannot be written: " + (dir_ / "afile").string() + " is not a directory"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("epoch"), std::string::npos) << "no training started: " << err;
+}
+
 TEST_F(Train, MalformedDataLineIsNamedByFileAndLine) {
   std::ofstream(dir_ / "bad.tsv") << "sentence\tlabel\nfine\t1\nbroken line\n";
   fs::path p = dir_ / "bad.json";

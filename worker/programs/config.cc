@@ -2,6 +2,10 @@
 #include "worker/programs/config.h"
 
 #include <fmt/format.h>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -28,11 +32,14 @@ class Fields {
     seen_.insert(name);
     return object_.contains(name) && !object_.at(name).is_null();
   }
-  absl::Status integer(const std::string& name, int& out, int min) {
+  absl::Status integer(const std::string& name, int& out, int min, int max = std::numeric_limits<int>::max()) {
     if (!has(name)) return absl::OkStatus();
     const json& v = object_.at(name);
     if (!v.is_number_integer() || v.get<int64_t>() < min) {
       return error(name, fmt::format("must be an integer >= {} (got {})", min, v.dump()));
+    }
+    if (v.get<int64_t>() > max) {
+      return error(name, fmt::format("must be at most {} (got {})", max, v.dump()));
     }
     out = v.get<int>();
     return absl::OkStatus();
@@ -130,15 +137,15 @@ absl::StatusOr<TrainConfig> loadTrainConfig(const std::string& path) {
   auto model = top.object("model");
   if (!model.ok()) return model.status();
   auto& m = c.model;
-  MUSTER_CHECK(model->integer("embed_dim", m.embedDim, 1));
-  MUSTER_CHECK(model->integer("kernel_num", m.kernelNum, 1));
+  MUSTER_CHECK(model->integer("embed_dim", m.embedDim, 1, 1 << 16));
+  MUSTER_CHECK(model->integer("kernel_num", m.kernelNum, 1, 1 << 16));
   if (model->has("kernel_sizes")) {
     const json& ks = (*j)["model"]["kernel_sizes"];
     m.kernelSizes.clear();
     if (!ks.is_array() || ks.empty()) return model->error("kernel_sizes", "must be a non-empty list of integers >= 1");
     for (const auto& k : ks) {
-      if (!k.is_number_integer() || k.get<int>() < 1) {
-        return model->error("kernel_sizes", fmt::format("must hold integers >= 1 (got {})", k.dump()));
+      if (!k.is_number_integer() || k.get<int64_t>() < 1 || k.get<int64_t>() > 4096) {
+        return model->error("kernel_sizes", fmt::format("must hold integers from 1 to 4096 (got {})", k.dump()));
       }
       m.kernelSizes.push_back(k.get<int>());
     }
@@ -147,8 +154,20 @@ absl::StatusOr<TrainConfig> loadTrainConfig(const std::string& path) {
   if (m.dropout >= 1) return model->error("dropout", "must be below 1");
   MUSTER_CHECK(model->integer("max_vocab", m.maxVocab, 3));
   MUSTER_CHECK(model->integer("min_freq", m.minFreq, 1));
-  MUSTER_CHECK(model->integer("max_seq_len", m.maxSeqLen, 1));
-  MUSTER_CHECK(model->integer("num_classes", m.numClasses, 2));
+  MUSTER_CHECK(model->integer("max_seq_len", m.maxSeqLen, 1, 1 << 20));
+  MUSTER_CHECK(model->integer("num_classes", m.numClasses, 2, 1 << 20));
+  // The embedding table is the model's largest tensor: refuse one this host cannot hold
+  // before any rank allocates it (LibTorch would abort with its own stack).
+  {
+    double tableBytes = 4.0 * m.maxVocab * m.embedDim;
+    double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (memory > 0 && tableBytes > memory / 2) {
+      return model->error("embed_dim", fmt::format(
+          "x max_vocab needs a {:.1f} GiB embedding table (max_vocab {} x embed_dim {} x 4 bytes), "
+          "more than half of this host's {:.1f} GiB",
+          tableBytes / (1u << 30), m.maxVocab, m.embedDim, memory / (1u << 30)));
+    }
+  }
   int widest = *std::max_element(m.kernelSizes.begin(), m.kernelSizes.end());
   if (m.maxSeqLen < widest) {
     return model->error("max_seq_len", fmt::format("must be at least the widest kernel ({})", widest));
@@ -167,8 +186,8 @@ absl::StatusOr<TrainConfig> loadTrainConfig(const std::string& path) {
   auto tr = top.object("trainer");
   if (!tr.ok()) return tr.status();
   MUSTER_CHECK(tr->integer("epochs", c.trainer.epochs, 1));
-  MUSTER_CHECK(tr->integer("batch_size", c.trainer.batchSize, 1));
-  MUSTER_CHECK(tr->integer("update_cycle", c.trainer.updateCycle, 1));
+  MUSTER_CHECK(tr->integer("batch_size", c.trainer.batchSize, 1, 1 << 24));
+  MUSTER_CHECK(tr->integer("update_cycle", c.trainer.updateCycle, 1, 1 << 20));
   int seed = 0;
   MUSTER_CHECK(tr->integer("seed", seed, 0));
   c.trainer.seed = static_cast<uint64_t>(seed);
@@ -176,6 +195,27 @@ absl::StatusOr<TrainConfig> loadTrainConfig(const std::string& path) {
   MUSTER_CHECK(tr->number("bucket_mib", c.trainer.bucketMiB, 0.001));
   MUSTER_CHECK(tr->unknown());
   MUSTER_CHECK(top.unknown());
+  if (c.resume && c.savePath.empty() && top.has("resume")) {
+    return top.error("resume", "needs save_path (the checkpoint to resume from)");
+  }
+  if (!c.savePath.empty()) {
+    // Checked now, not after the first epoch: the checkpoint's directory (made when missing)
+    // must take a file.
+    std::filesystem::path dir = std::filesystem::path(c.savePath).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    std::filesystem::path existing = dir;
+    while (!existing.empty() && !std::filesystem::exists(existing, ec)) existing = existing.parent_path();
+    if (existing.empty()) existing = ".";
+    if (!std::filesystem::is_directory(existing, ec)) {
+      return top.error("save_path", fmt::format("cannot be written: {} is not a directory", existing.string()));
+    }
+    if (access(existing.c_str(), W_OK) != 0 ||
+        (std::filesystem::exists(c.savePath, ec) && access(c.savePath.c_str(), W_OK) != 0)) {
+      return top.error("save_path", fmt::format("cannot be written ({}): {}", existing.string(),
+                                                std::strerror(errno)));
+    }
+  }
   return c;
 }
 

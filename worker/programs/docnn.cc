@@ -1,6 +1,8 @@
 // DocNN and checkpoints.
 #include "worker/programs/docnn.h"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -53,6 +55,10 @@ std::string tensorBytes(const torch::Tensor& t) {
 absl::Status saveCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer,
                             const Checkpoint& meta) {
   std::string tmp = path + ".tmp";
+  std::error_code ec;
+  if (auto dir = std::filesystem::path(path).parent_path(); !dir.empty()) {
+    std::filesystem::create_directories(dir, ec);
+  }
   try {
     torch::serialize::OutputArchive archive;
     model->save(archive);

@@ -58,6 +58,19 @@ TEST_F(Files, TrainConfigErrorsNameTheFileAndTheField) {
   EXPECT_NE(configError(R"({"train_path": "t", "optimizer": {"type": "lamb"}})").find("optimizer.type must be adam or sgd"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t", "model": {"kernel_sizes": [3, 9], "max_seq_len": 5}})").find("max_seq_len must be at least the widest kernel (9)"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t",)").find("malformed JSON"), std::string::npos);
+  // Sizes that LibTorch would abort on are refused before anything is allocated.
+  EXPECT_NE(configError(R"({"train_path": "t", "model": {"embed_dim": 1099511627776}})")
+                .find("model.embed_dim must be at most 65536 (got 1099511627776)"),
+            std::string::npos);
+  EXPECT_NE(configError(R"({"train_path": "t", "model": {"embed_dim": 65536, "max_vocab": 100000000}})")
+                .find("GiB embedding table"),
+            std::string::npos);
+  EXPECT_NE(configError(R"({"train_path": "t", "resume": true})").find("resume needs save_path"),
+            std::string::npos);
+  std::ofstream(dir_ / "afile") << "x";
+  EXPECT_NE(configError(R"({"train_path": "t", "save_path": "afile/m.ckpt"})")
+                .find("save_path cannot be written: " + (dir_ / "afile").string() + " is not a directory"),
+            std::string::npos);
   EXPECT_NE(loadTrainConfig((dir_ / "none.json").string()).status().message().find("cannot read config file"), std::string::npos);
 }
 

@@ -142,6 +142,10 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
   }
   auto train = readTsv(c.trainPath);
   if (!train.ok()) return fail(env, 2, std::string(train.status().message()));
+  if (train->empty()) {
+    return fail(env, 2, fmt::format("{}: train_path {} holds no examples; nothing to train on",
+                                    configPath, c.trainPath));
+  }
   std::vector<Example> evalData, testData;
   if (!c.evalPath.empty()) {
     auto e = readTsv(c.evalPath);
@@ -166,6 +170,10 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
   // Resume from the checkpoint when there is one; else rank 0 builds the vocabulary and
   // sends it to the others through the shared-dir channel.
   bool resume = c.resume && !c.savePath.empty() && std::filesystem::exists(c.savePath);
+  if (c.resume && !resume && env.rank == 0) {
+    // The first attempt of a job that may restart has nothing to resume yet: say so.
+    logger()->info("resume: no checkpoint at {} yet; training from the start", c.savePath);
+  }
   ModelConfig modelConfig = c.model;
   int startEpoch = 0;
   std::string vocabText;
