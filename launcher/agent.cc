@@ -890,6 +890,7 @@ void Agent::killLeftovers() {
   // exited: daemons that left their worker's process group (setsid, double fork) came to
   // launch as their subreaper, and go with the round.
   std::map<pid_t, pid_t> parent;
+  std::set<pid_t> zombies;  // kept for the walk (a dead shell between launch and a daemon)
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     std::string name = entry.path().filename().string();
@@ -902,7 +903,9 @@ void Agent::killLeftovers() {
     char state = 0;
     pid_t ppid = 0;
     rest >> state >> ppid;
-    if (state != 'Z') parent[std::stoi(name)] = ppid;
+    pid_t pid = std::stoi(name);
+    parent[pid] = ppid;
+    if (state == 'Z') zombies.insert(pid);
   }
   pid_t self = getpid(), guard = reaper_.pid();
   std::vector<pid_t> leftovers;
@@ -916,7 +919,7 @@ void Agent::killLeftovers() {
         break;
       }
     }
-    if (below) leftovers.push_back(pid);
+    if (below && !zombies.count(pid)) leftovers.push_back(pid);
   }
   if (leftovers.empty()) return;
   std::string pids;
