@@ -71,18 +71,22 @@ std::string hostName() {
   return name;
 }
 
-// The fully qualified name, as torchrun's _get_fq_hostname (socket.getfqdn).
-std::string fqdn() {
-  std::string host = hostName();
-  addrinfo hints{};
-  hints.ai_flags = AI_CANONNAME;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
-    std::string canon = res->ai_canonname ? res->ai_canonname : host;
-    freeaddrinfo(res);
-    return canon;
-  }
-  return host;
+// The fully qualified name, as torchrun's _get_fq_hostname (socket.getfqdn). Resolved once:
+// every event line and rendezvous check asks for it, and a resolver lookup is not free.
+const std::string& fqdn() {
+  static const std::string name = [] {
+    std::string host = hostName();
+    addrinfo hints{};
+    hints.ai_flags = AI_CANONNAME;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0 && res != nullptr) {
+      std::string canon = res->ai_canonname ? res->ai_canonname : host;
+      freeaddrinfo(res);
+      return canon;
+    }
+    return host;
+  }();
+  return name;
 }
 
 int freePort() {
@@ -607,11 +611,11 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     if (options_.prefixOutput || tee.out || tee.err) {
       spec.prefix = linePrefix(local, spec.globalRank);
     }
-    if (shown && options_.duplicateStdout && tee.out) {
+    if (shown && !options_.duplicateStdoutFilters.empty() && tee.out) {
       spec.filteredStdoutFile = (attemptDir / "filtered_stdout.log").string();
       spec.stdoutFilters = options_.duplicateStdoutFilters;
     }
-    if (shown && options_.duplicateStderr && tee.err) {
+    if (shown && !options_.duplicateStderrFilters.empty() && tee.err) {
       spec.filteredStderrFile = (attemptDir / "filtered_stderr.log").string();
       spec.stderrFilters = options_.duplicateStderrFilters;
     }
@@ -895,8 +899,9 @@ void Agent::killLeftovers() {
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto stat = readFile((entry.path() / "stat").string(), "process status");
+    if (!stat.ok()) continue;  // gone meanwhile
+    const std::string& text = *stat;
     auto close = text.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(text.substr(close + 2));
@@ -1026,9 +1031,8 @@ void Agent::emitWorkerEvents() const {
       bool ours = stopping_ != Stopping::kNo && w->spec.localRank != rootLocalRank_ &&
                   (x.signal == SIGTERM || x.signal == SIGKILL || x.code == 128 + SIGTERM);
       e.state = x.code == 0 && x.signal == 0 ? "SUCCEEDED" : ours ? "TERMINATED" : "FAILED";
-      if (e.state == "FAILED" && fs::exists(w->spec.errorFile)) {
-        std::ifstream in(w->spec.errorFile);
-        e.rawError = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (e.state == "FAILED") {
+        if (auto text = readFile(w->spec.errorFile, "error file"); text.ok()) e.rawError = *text;
       }
     } else {
       e.state = "START";
@@ -1105,8 +1109,8 @@ int Agent::run() {
   }
   signal(SIGPIPE, SIG_IGN);
   // After the guard's fork: these start threads.
-  stdout_ = std::make_unique<ConsoleStream>(STDOUT_FILENO, "stdout");
-  stderr_ = std::make_unique<ConsoleStream>(STDERR_FILENO, "stderr");
+  stdout_ = std::make_unique<ConsoleStream>(STDOUT_FILENO);
+  stderr_ = std::make_unique<ConsoleStream>(STDERR_FILENO);
   // --signals_to_handle stop the job; SIGUSR1/2 are notices unless listed there.
   std::set<int> caught(options_.stopSignals.begin(), options_.stopSignals.end());
   caught.insert({SIGUSR1, SIGUSR2, SIGCHLD});

@@ -83,7 +83,7 @@ class Agent {
   void armSignals();
   void printFailureReport() const;
   // --event_log_handler=console: one torchelastic event line on stderr.
-  void emit(struct ElasticEvent e) const;
+  void emit(ElasticEvent e) const;
   // Every worker's START (running) or end (SUCCEEDED, FAILED, TERMINATED) event.
   void emitWorkerEvents() const;
   Failure describe(const WorkerState& worker) const;

@@ -7,8 +7,7 @@
 
 namespace muster::launcher {
 
-ConsoleStream::ConsoleStream(int fd, std::string name, size_t capBytes)
-    : name_(std::move(name)), state_(std::make_shared<State>()) {
+ConsoleStream::ConsoleStream(int fd, size_t capBytes) : state_(std::make_shared<State>()) {
   state_->fd = fd;
   state_->cap = capBytes;
   thread_ = std::thread(run, state_);
@@ -44,11 +43,6 @@ bool ConsoleStream::write(std::string data) {
   s.queue.push_back(std::move(data));
   s.wake.notify_one();
   return true;
-}
-
-bool ConsoleStream::gone() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->gone;
 }
 
 size_t ConsoleStream::droppedBytes() const {

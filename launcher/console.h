@@ -22,19 +22,17 @@ namespace muster::launcher {
 // drain for at most the time given to drain() (default: none) and then drops the rest.
 class ConsoleStream {
  public:
-  ConsoleStream(int fd, std::string name, size_t capBytes = 64u << 20);
+  explicit ConsoleStream(int fd, size_t capBytes = 64u << 20);
   ~ConsoleStream();
   ConsoleStream(const ConsoleStream&) = delete;
   ConsoleStream& operator=(const ConsoleStream&) = delete;
 
   // Queues `data`. False once the reader has gone: the caller stops sending.
   bool write(std::string data);
-  bool gone() const;
   // Bytes dropped because the queue was full, or because the reader had gone.
   size_t droppedBytes() const;
   // Waits until everything queued is written, the reader has gone, or `timeout` passes.
   void drain(Millis timeout);
-  const std::string& name() const { return name_; }
 
  private:
   // Shared with the writer thread, which may outlive this object (detached while blocked in
@@ -50,7 +48,6 @@ class ConsoleStream {
   };
   static void run(std::shared_ptr<State> state);
 
-  const std::string name_;
   std::shared_ptr<State> state_;
   std::thread thread_;
 };

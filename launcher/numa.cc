@@ -10,24 +10,23 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/files.h"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;
 namespace {
 
+// A /sys attribute without surrounding whitespace; "" when it cannot be read.
 std::string readText(const fs::path& p) {
-  std::ifstream in(p);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return std::string(absl::StripAsciiWhitespace(text));
+  auto text = readFile(p.string(), "sysfs attribute");
+  return text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : std::string();
 }
 
 int readInt(const fs::path& p, int fallback) {
-  try {
-    return std::stoi(readText(p));
-  } catch (...) {
-    return fallback;
-  }
+  int v = 0;
+  return absl::SimpleAtoi(readText(p), &v) ? v : fallback;
 }
 
 absl::Status fail(const std::string& why) { return absl::FailedPreconditionError(why); }
@@ -38,11 +37,14 @@ std::set<int> parseCpuList(const std::string& text) {
   std::set<int> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     std::vector<std::string> range = absl::StrSplit(absl::StripAsciiWhitespace(part), '-');
-    try {
-      int lo = std::stoi(range[0]), hi = range.size() > 1 ? std::stoi(range[1]) : lo;
-      for (int c = lo; c <= hi; ++c) out.insert(c);
-    } catch (...) {
+    int lo = 0, hi = 0;
+    if (!absl::SimpleAtoi(range[0], &lo)) continue;
+    if (range.size() == 1) {
+      hi = lo;
+    } else if (!absl::SimpleAtoi(range[1], &hi)) {
+      continue;
     }
+    for (int c = lo; c <= hi; ++c) out.insert(c);
   }
   return out;
 }

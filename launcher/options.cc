@@ -90,7 +90,17 @@ int countCpus() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-bool sig2str_compatible(const std::string& abbrev, int& sig);
+// "TERM" -> SIGTERM, as Python's signal module names them (the inverse of signalName()).
+bool signalNumber(const std::string& abbrev, int& sig) {
+  for (int s = 1; s < NSIG; ++s) {
+    const char* name = sigabbrev_np(s);
+    if (name != nullptr && abbrev == name) {
+      sig = s;
+      return true;
+    }
+  }
+  return false;
+}
 
 std::vector<Flag> flagTable() {
   std::vector<Flag> t;
@@ -284,7 +294,7 @@ std::vector<Flag> flagTable() {
                  for (absl::string_view part : absl::StrSplit(v, ',')) {
                    std::string name(absl::StripAsciiWhitespace(part));
                    int sig = 0;
-                   if (name.rfind("SIG", 0) == 0 && sig2str_compatible(name.substr(3), sig)) {
+                   if (name.rfind("SIG", 0) == 0 && signalNumber(name.substr(3), sig)) {
                      if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
                        return bad("--signals_to_handle", v, "signals launch can catch (" + name +
                                                                 " cannot be handled)");
@@ -319,22 +329,18 @@ std::vector<Flag> flagTable() {
                  return absl::OkStatus();
                },
                "console: one JSON line on stderr per agent and worker event, as torchelastic's"});
+  auto filters = [](std::vector<std::string> LaunchOptions::*field) {
+    return [field](LaunchOptions& o, const std::string& v) {
+      o.*field = commaSeparatedList(v);
+      return absl::OkStatus();
+    };
+  };
   t.push_back({{"--duplicate_stdout_filters", "--duplicate-stdout-filters"},
-               "PET_DUPLICATE_STDOUT_FILTERS", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 o.duplicateStdoutFilters = commaSeparatedList(v);
-                 o.duplicateStdout = true;
-                 return absl::OkStatus();
-               },
+               "PET_DUPLICATE_STDOUT_FILTERS", true, filters(&LaunchOptions::duplicateStdoutFilters),
                "copy tee'd stdout lines containing any of these (a,b; ',,' is a comma) to "
                "attempt_N/filtered_stdout.log"});
   t.push_back({{"--duplicate_stderr_filters", "--duplicate-stderr-filters"},
-               "PET_DUPLICATE_STDERR_FILTERS", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 o.duplicateStderrFilters = commaSeparatedList(v);
-                 o.duplicateStderr = true;
-                 return absl::OkStatus();
-               },
+               "PET_DUPLICATE_STDERR_FILTERS", true, filters(&LaunchOptions::duplicateStderrFilters),
                "the same for stderr, to attempt_N/filtered_stderr.log"});
   t.push_back({{"--numa_binding", "--numa-binding"}, "", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
@@ -385,18 +391,6 @@ absl::Status parseEndpoint(LaunchOptions& o) {
     o.rdzvPort = *p;
   }
   return absl::OkStatus();
-}
-
-// "TERM" -> SIGTERM, as Python's signal module names them.
-bool sig2str_compatible(const std::string& abbrev, int& sig) {
-  for (int s = 1; s < NSIG; ++s) {
-    const char* name = sigabbrev_np(s);
-    if (name != nullptr && abbrev == name) {
-      sig = s;
-      return true;
-    }
-  }
-  return false;
 }
 
 bool isTrue(const std::string& v) { return !v.empty() && v != "0" && v != "false" && v != "False"; }

@@ -63,8 +63,8 @@ struct LaunchOptions {
   std::vector<int> stopSignals;
   bool virtualLocalRank = false;       // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES one device
   std::string eventLogHandler = "null";  // null, console or dynamic_rendezvous
+  // Empty: the flag was not given (a given flag has at least one filter, maybe "").
   std::vector<std::string> duplicateStdoutFilters, duplicateStderrFilters;
-  bool duplicateStdout = false, duplicateStderr = false;  // the flags were given
   std::string numaBinding;             // "", node, socket, exclusive, core-complex
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE / --log_line_prefix_template: ${role_name},
   // ${local_rank}, ${rank}, ${hostname}; "" for torchrun's [role local_rank]:.

@@ -124,13 +124,13 @@ TEST(LaunchOptions, CurrentTorchrunFlags) {
   EXPECT_EQ(o.eventLogHandler, "console");
   EXPECT_EQ(o.duplicateStdoutFilters, (std::vector<std::string>{"loss,acc", "step"}));
   EXPECT_EQ(o.duplicateStderrFilters, (std::vector<std::string>{""})) << "'' copies every line";
-  EXPECT_TRUE(o.duplicateStderr);
+  EXPECT_FALSE(o.duplicateStderrFilters.empty()) << "given, so on";
   EXPECT_EQ(o.logLinePrefixTemplate, "${rank}: ");
   // Defaults, and torch's own environment variables below PET_* and the flags.
   auto d = parse({"p"});
   EXPECT_EQ(d.stopSignals, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
   EXPECT_EQ(d.gracePeriodS, 30);
-  EXPECT_FALSE(d.duplicateStdout);
+  EXPECT_TRUE(d.duplicateStdoutFilters.empty()) << "not given, so off";
   EXPECT_EQ(parse({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}}).gracePeriodS, 12);
   EXPECT_EQ(parse({"p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "12"}, {"PET_SHUTDOWN_TIMEOUT", "3"}})
                 .gracePeriodS, 3);

@@ -185,11 +185,7 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
     return false;
   }
   if (req.no_wait()) {
-    std::vector<std::string> missing;
-    for (const auto& key : w.keys) {
-      if (!present(space, key)) missing.push_back(key);
-    }
-    return fail(resp, kNotFound, fmt::format("missing {}", keyList(missing)));
+    return fail(resp, kNotFound, fmt::format("missing {}", keyList(missingKeys(&space, w.keys))));
   }
   if (waiters_.size() >= limits_.maxWaiters) {
     return fail(resp, kResourceExhausted,
@@ -214,6 +210,15 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
 
 bool MemoryStore::present(const Namespace& space, const std::string& key) {
   return space.kv.count(key) > 0 || space.queues.count(key) > 0;
+}
+
+std::vector<std::string> MemoryStore::missingKeys(const Namespace* space,
+                                                  const std::vector<std::string>& keys) {
+  std::vector<std::string> missing;
+  for (const auto& key : keys) {
+    if (space == nullptr || !present(*space, key)) missing.push_back(key);
+  }
+  return missing;
 }
 
 bool MemoryStore::allPresent(const Namespace& space, const std::vector<std::string>& keys) const {
@@ -537,11 +542,9 @@ void MemoryStore::timerLoop() {
     while (!timeouts_.empty() && timeouts_.begin()->first <= now) {
       WaiterId id = timeouts_.begin()->second;
       const Waiter& w = waiters_.at(id);
-      std::vector<std::string> missing;
       auto spaceIt = spaces_.find(w.ns);
-      for (const auto& key : w.keys) {
-        if (spaceIt == spaces_.end() || !present(spaceIt->second, key)) missing.push_back(key);
-      }
+      std::vector<std::string> missing =
+          missingKeys(spaceIt == spaces_.end() ? nullptr : &spaceIt->second, w.keys);
       pb::StoreResponse resp;
       resp.set_id(w.requestId);
       fail(resp, kDeadlineExceeded,

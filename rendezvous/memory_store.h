@@ -100,6 +100,9 @@ class MemoryStore {
   // (a queue push, whose value one pop takes).
   void keyArrived(Namespace& space, const std::string& key, Ready& ready, bool onlyOne = false);
   static bool present(const Namespace& space, const std::string& key);
+  // The keys not present in `space` (all of them when it is null: no such namespace).
+  static std::vector<std::string> missingKeys(const Namespace* space,
+                                              const std::vector<std::string>& keys);
   bool allPresent(const Namespace& space, const std::vector<std::string>& keys) const;
   void fillValues(const Namespace& space, const Waiter& w, pb::StoreResponse& resp) const;
   Completion detach(WaiterId id);

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "common/contract.h"
 #include "common/log.h"
@@ -103,19 +103,12 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
+  // The namespace of the current round.
+  std::string ns() const { return contract::roundNamespace(options_.runId, round_.load()); }
   // Input bytes buffered across connections (the loop's thread only).
   bool reserveInput(size_t more) const { return bufferedInput_ + more <= options_.maxBufferedInput; }
   void adjustInput(int64_t delta) { bufferedInput_ = static_cast<size_t>(static_cast<int64_t>(bufferedInput_) + delta); }
   size_t bufferedInput() const { return bufferedInput_; }
-  // The namespace of the current round; `cached` is reused while the round is the same.
-  const std::string& ns(uint64_t& cachedRound, std::string& cached) const {
-    uint64_t r = round_.load(std::memory_order_relaxed);
-    if (cached.empty() || r != cachedRound) {
-      cached = contract::roundNamespace(options_.runId, r);
-      cachedRound = r;
-    }
-    return cached;
-  }
 
   std::shared_ptr<MemoryStore> memory_;
   FrontOptions options_;
@@ -127,8 +120,9 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   std::thread thread_;
   std::once_flag stopped_;
   mutable std::mutex mu_;
-  std::unordered_set<Connection*> live_;  // owned by their own handlers; guarded by mu_
-  std::vector<std::weak_ptr<Connection>> all_;  // the loop's thread only
+  // Open connections (owned by their own handlers): counted from any thread, closed by
+  // closeAll(). Guarded by mu_.
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> live_;
   bool acceptErrorLogged_ = false;
   size_t bufferedInput_ = 0;
 };
@@ -246,10 +240,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   static std::string key(const std::string& wire) { return contract::storeKeyFromTcpStore(wire); }
+
+  // SET, APPEND and QUEUE_PUSH: one key, one value, no reply.
+  template <typename KeyValueOp>
+  void keyValue(pb::StoreRequest& req, KeyValueOp* op, const tcpstore::Request& q) {
+    op->set_key(key(q.keys[0]));
+    op->set_value(q.values[0]);
+    failed(now(req), q.op);
+  }
+
+  // A key's value, or empty when it was deleted between the client's WAIT and its GET (as
+  // c10d's libuv server answers); nullopt when the store refused (the connection is closed).
+  std::optional<std::string> valueOrEmpty(const std::string& wireKey, Op op) {
+    pb::StoreRequest req;
+    req.set_no_wait(true);
+    req.mutable_get()->set_key(key(wireKey));
+    auto r = now(req);
+    if (r.code() == kNotFound) return std::string();
+    if (failed(r, op)) return std::nullopt;
+    return std::move(*r.mutable_value());
+  }
   // A connection belongs to the round in which it sent its first request: a worker of an old
   // round that is still shutting down never writes into the next round.
   const std::string& ns() {
-    if (ns_.empty()) front_->ns(nsRound_, ns_);
+    if (ns_.empty()) ns_ = front_->ns();
     return ns_;
   }
 
@@ -261,20 +275,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case Op::kPing:
         tcpstore::putU32(out_, q.word);
         return;
-      case Op::kSet: {
-        auto* op = req.mutable_set();
-        op->set_key(key(q.keys[0]));
-        op->set_value(q.values[0]);
-        failed(now(req), q.op);
+      case Op::kSet:
+        keyValue(req, req.mutable_set(), q);
         return;
-      }
-      case Op::kAppend: {
-        auto* op = req.mutable_append();
-        op->set_key(key(q.keys[0]));
-        op->set_value(q.values[0]);
-        failed(now(req), q.op);
+      case Op::kAppend:
+        keyValue(req, req.mutable_append(), q);
         return;
-      }
       case Op::kMultiSet: {
         auto* op = req.mutable_multi_set();
         for (size_t i = 0; i < q.keys.size(); ++i) {
@@ -284,13 +290,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         failed(now(req), q.op);
         return;
       }
-      case Op::kQueuePush: {
-        auto* op = req.mutable_queue_push();
-        op->set_key(key(q.keys[0]));
-        op->set_value(q.values[0]);
-        failed(now(req), q.op);
+      case Op::kQueuePush:
+        keyValue(req, req.mutable_queue_push(), q);
         return;
-      }
       case Op::kCompareSet: {
         auto* op = req.mutable_compare_set();
         op->set_key(key(q.keys[0]));
@@ -300,32 +302,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (!failed(r, q.op)) tcpstore::putBytes(out_, r.value());
         return;
       }
-      case Op::kGet: {
-        req.set_no_wait(true);
-        req.mutable_get()->set_key(key(q.keys[0]));
-        auto r = now(req);
-        // A key deleted between the client's WAIT and its GET reads as empty (c10d's libuv
-        // server answers so).
-        if (r.code() == kNotFound) r.set_code(0);
-        if (!failed(r, q.op)) tcpstore::putBytes(out_, r.value());
+      case Op::kGet:
+        if (auto v = valueOrEmpty(q.keys[0], q.op)) tcpstore::putBytes(out_, *v);
         return;
-      }
       case Op::kMultiGet: {
         req.set_no_wait(true);
         auto* op = req.mutable_multi_get();
         for (const auto& k : q.keys) op->add_keys(key(k));
         auto r = now(req);
         if (r.code() == kNotFound) {
-          // A key deleted since the client's WAIT: each key on its own, missing ones empty
-          // (as c10d's libuv server answers).
+          // A key deleted since the client's WAIT: each key on its own, missing ones empty.
           std::vector<std::string> values;
           for (const auto& k : q.keys) {
-            pb::StoreRequest one;
-            one.set_no_wait(true);
-            one.mutable_get()->set_key(key(k));
-            auto got = now(one);
-            if (got.code() != 0 && got.code() != kNotFound && failed(got, q.op)) return;
-            values.push_back(got.code() == 0 ? got.value() : std::string());
+            auto v = valueOrEmpty(k, q.op);
+            if (!v) return;
+            values.push_back(std::move(*v));
           }
           for (const auto& v : values) tcpstore::putBytes(out_, v);
           return;
@@ -506,7 +497,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool waiting_ = false;
   MemoryStore::WaiterId waiter_ = MemoryStore::kNotPending;
   uint64_t waitSeq_ = 0;
-  uint64_t nsRound_ = 0;
   std::string ns_;
   size_t needed_ = 0;     // bytes the request at head_ needs before decoding again
   std::array<char, kReadChunk> chunk_;
@@ -561,13 +551,8 @@ void TcpStoreFront::Impl::accept() {
         auto c = std::make_shared<Connection>(self, std::move(socket));
         {
           std::lock_guard<std::mutex> lock(self->mu_);
-          self->live_.insert(c.get());
+          self->live_.emplace(c.get(), c);
         }
-        // Drop the weak references of connections that are gone, now and then.
-        if (self->all_.size() > 64 && self->all_.size() % 64 == 0) {
-          std::erase_if(self->all_, [](const auto& w) { return w.expired(); });
-        }
-        self->all_.push_back(c);
         c->start();
       }
     }
@@ -579,10 +564,14 @@ void TcpStoreFront::Impl::closeAll() {
   boost::system::error_code ec;
   acceptor_.close(ec);
   retry_.cancel();
-  for (auto& weak : all_) {
-    if (auto c = weak.lock()) c->close("");
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [raw, weak] : live_) {
+      if (auto c = weak.lock()) open.push_back(std::move(c));
+    }
   }
-  all_.clear();
+  for (auto& c : open) c->close("");  // each forgets itself
   // No io_.stop(): the aborted operations' handlers still run, dropping their connections,
   // and then run() returns by itself.
 }
