@@ -45,6 +45,9 @@ auto logger() {
   return l;
 }
 
+// How long launch, once done, waits for a report to the rendezvous that is still on its way.
+constexpr Millis kLastReportWait{2000};
+
 std::string randomHex(size_t bytes) {
   std::random_device rd;
   std::string out;
@@ -138,9 +141,9 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       command_(std::move(command)),
       signals_(io_),
       graceTimer_(io_),
-      drainTimer_(io_) {}
+      reportTimer_(io_) {}
 
-Agent::~Agent() = default;
+Agent::~Agent() { stopProbe(); }
 
 absl::Status Agent::prepare() {
   multiNode_ = options_.maxNodes > 1 || (options_.rdzvBackend != "static" && !options_.standalone);
@@ -361,11 +364,9 @@ void Agent::startJoin() {
   req.set_last_call_ms(static_cast<uint64_t>(lastCall_.count()));
   req.set_join_timeout_ms(static_cast<uint64_t>(joinTimeout_.count()));
   req.set_keep_alive_ms(static_cast<uint64_t>(keepAliveInterval_.count() * keepAliveMaxAttempt_));
-  if (joinThread_.joinable()) joinThread_.join();
   joinStarted_ = std::chrono::steady_clock::now();
-  joinThread_ = std::thread([this, req] {
-    auto result = rdzv_->join(req, deadlineAfter(joinTimeout_ + Millis(5000)));
-    asio::post(io_, [this, result] { onJoined(result); });
+  rdzv_->join(req, deadlineAfter(joinTimeout_ + Millis(5000)), [this](absl::StatusOr<muster::v1::Assignment> result) {
+    asio::post(io_, [this, result = std::move(result)] { onJoined(result); });
   });
 }
 
@@ -409,7 +410,29 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
                [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
                [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
-  auto shared = checkSharedDir();
+  if (options_.sharedDir.empty()) {
+    onProbed(absl::OkStatus());  // only a given --shared_dir is probed
+    return;
+  }
+  SharedDirProbe probe{.endpoint = endpoint_,
+                       .token = storeToken_,
+                       .storeNamespace = fmt::format("{}/{}/probe", runId_, round_),
+                       .file = (fs::path(sharedDir_) / jobId_ / fmt::format(".node-probe-{}", round_)).string(),
+                       .sharedDir = sharedDir_,
+                       .nodeHost = nodeHost_,
+                       .groupRank = groupRank_,
+                       .groupWorldSize = groupWorldSize_,
+                       .timeout = joinTimeout_};
+  stopProbe();
+  probeCancelled_ = false;
+  probeThread_ = std::thread([this, probe] {
+    auto status = probeSharedDir(probe, probeCancelled_);
+    asio::post(io_, [this, status] { onProbed(status); });
+  });
+}
+
+void Agent::onProbed(const absl::Status& shared) {
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
   if (!shared.ok()) {
     std::fprintf(stderr, "launch: %s\n", std::string(shared.message()).c_str());
     report(false, std::string(shared.message()));
@@ -425,43 +448,9 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   }
 }
 
-absl::Status Agent::checkSharedDir() {
-  if (options_.sharedDir.empty()) return absl::OkStatus();  // only a given --shared_dir is probed
-  // Group rank 0 writes a probe file into the shared directory; every node must read it back.
-  // A "shared" directory that is in fact local to each node fails here, before any worker runs.
-  rendezvous::ClientOptions options{.target = endpoint_, .ns = fmt::format("{}/{}/probe", runId_, round_),
-                                    .token = storeToken_};
-  auto store = rendezvous::StoreClient::connect(options, deadlineAfter(joinTimeout_));
-  if (!store.ok()) return store.status();
-  fs::path probe = fs::path(sharedDir_) / jobId_ / fmt::format(".node-probe-{}", round_);
-  Deadline deadline = deadlineAfter(joinTimeout_);
-  if (groupRank_ == 0) {
-    std::string nonce = randomHex(8);
-    std::error_code ec;
-    fs::create_directories(probe.parent_path(), ec);
-    std::ofstream(probe) << nonce;
-    if (auto s = (*store)->set("nonce", nonce); !s.ok()) return s;
-  }
-  auto nonce = (*store)->get("nonce", deadline);
-  if (!nonce.ok()) return nonce.status();
-  std::ifstream in(probe);
-  std::string seen((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (auto s = (*store)->set(fmt::format("node/{}", groupRank_), seen == *nonce ? "ok" : nodeHost_); !s.ok()) return s;
-  std::vector<std::string> keys;
-  for (int n = 0; n < groupWorldSize_; ++n) keys.push_back(fmt::format("node/{}", n));
-  auto answers = (*store)->multiGet(keys, deadline);
-  if (!answers.ok()) return answers.status();
-  std::string blind;
-  for (int n = 0; n < groupWorldSize_; ++n) {
-    if ((*answers)[n] != "ok") blind += fmt::format("{}node {} ({})", blind.empty() ? "" : ", ", n, (*answers)[n]);
-  }
-  if ((*store)->add("done", 1).value_or(0) == groupWorldSize_) fs::remove(probe);
-  if (!blind.empty()) {
-    return absl::FailedPreconditionError(fmt::format(
-        "--shared_dir={} is not shared: {} cannot see {} written by node 0; give every node a path on "
-        "one shared filesystem (NFS)", sharedDir_, blind, probe.string()));
-  }
-  return absl::OkStatus();
+void Agent::stopProbe() {
+  probeCancelled_ = true;
+  if (probeThread_.joinable()) probeThread_.join();
 }
 
 absl::Status Agent::holdWorkerPort(const std::string& host, int port) {
@@ -493,8 +482,11 @@ absl::Status Agent::serveWorkerStore() {
   return absl::OkStatus();
 }
 
-void Agent::report(bool succeeded, const std::string& message) {
-  if (!rdzv_) return;
+void Agent::report(bool succeeded, const std::string& message, std::function<void()> then) {
+  if (!rdzv_) {
+    if (then) then();
+    return;
+  }
   muster::v1::ReportRequest req;
   req.set_run_id(runId_);
   req.set_node_id(nodeId_);
@@ -502,8 +494,18 @@ void Agent::report(bool succeeded, const std::string& message) {
   req.set_outcome(succeeded ? muster::v1::ReportRequest::SUCCEEDED : muster::v1::ReportRequest::FAILED);
   req.set_exit_code(succeeded ? 0 : 1);
   req.set_message(message);
-  auto s = rdzv_->report(req, deadlineAfter(Millis(10000)));
-  if (!s.ok()) logger()->warn("could not report to the rendezvous: {}", std::string(s.message()));
+  ++pendingReports_;
+  // The loop must not run out of work (and return) while the report is on its way.
+  auto work = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
+  rdzv_->report(req, deadlineAfter(Millis(10000)), [this, work, then = std::move(then)](absl::Status s) {
+    asio::post(io_, [this, work, s, then] {
+      if (!s.ok()) logger()->warn("could not report to the rendezvous: {}", std::string(s.message()));
+      --pendingReports_;
+      if (then) then();
+      // finish() leaves the loop running until the last report is out.
+      if (stopping_ == Stopping::kDone && pendingReports_ == 0) io_.stop();
+    });
+  });
 }
 
 void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
@@ -758,7 +760,6 @@ void Agent::stopGroup(int sig, const std::string& why) {
 
 void Agent::onRoundSettled() {
   graceTimer_.cancel();
-  drainTimer_.cancel();
   emitWorkerEvents();
   if (group_) {
     for (const auto& [file, loss] : group_->logLosses()) lostLogs_[file] = loss;
@@ -842,11 +843,20 @@ void Agent::onRoundSettled() {
   logger()->info("group stopped {:.1f} ms after rank {} failed", stopMs,
                  rootCause_ ? rootCause_->globalRank : -1);
   if (multiNode_) {
-    // Report before closing the watch: a watch that closes first looks like a lost node.
-    report(false, rootCause_ ? fmt::format("rank {} {}", rootCause_->globalRank, describeExit(rootCause_->exit))
-                             : std::string("a worker failed"));
-    if (rdzv_) rdzv_->stopWatch();
+    // Close the watch once the report is in: a watch that closes first looks like a lost node.
+    report(false,
+           rootCause_ ? fmt::format("rank {} {}", rootCause_->globalRank, describeExit(rootCause_->exit))
+                      : std::string("a worker failed"),
+           [this] {
+             if (rdzv_) rdzv_->stopWatch();
+             if (stopping_ != Stopping::kDone) restartOrEnd();
+           });
+    return;
   }
+  restartOrEnd();
+}
+
+void Agent::restartOrEnd() {
   if (restartCount_ < options_.maxRestarts) {
     if (rootCause_) {
       logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
@@ -1052,8 +1062,16 @@ void Agent::finish(int code) {
   stopping_ = Stopping::kDone;
   signals_.cancel();
   graceTimer_.cancel();
-  drainTimer_.cancel();
-  io_.stop();
+  if (pendingReports_ == 0) {
+    io_.stop();
+    return;
+  }
+  // A report still on its way stops the loop when it is in; the service may be gone, so it
+  // gets a moment, not its whole deadline.
+  reportTimer_.expires_after(kLastReportWait);
+  reportTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec && rdzv_) rdzv_->cancel();
+  });
 }
 
 void Agent::armSignals() {
@@ -1149,8 +1167,9 @@ int Agent::run() {
     std::fprintf(stderr, "launch: %zu byte(s) of worker output were not shown: the console did not "
                  "take them (a stalled or closed reader)\n", dropped);
   }
-  if (rdzv_) rdzv_->stopWatch();
-  if (joinThread_.joinable()) joinThread_.detach();  // a join still waiting dies with the process
+  stopProbe();
+  // Cancels a join still waiting and closes the watch; waits only for their callbacks.
+  rdzv_.reset();
   if (front_) front_->shutdown();
   if (workerPortFd_ >= 0) close(workerPortFd_);
   if (store_) store_->shutdown(Millis(200));

@@ -2,6 +2,8 @@
 // failure or a signal, restarts within --max_restarts, and reports the root cause.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "launcher/console.h"
 #include "launcher/options.h"
 #include "launcher/reaper.h"
+#include "launcher/shared_dir_probe.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/store_server.h"
@@ -58,9 +61,15 @@ class Agent {
   // Stops the group because of another node (or the service gone), or decides at once when
   // nothing runs here.
   void stopForRemote();
-  void report(bool succeeded, const std::string& message);
-  // Multi-node: every node must see a file node 0 writes in --shared_dir.
-  absl::Status checkSharedDir();
+  // Tells the rendezvous how this node's round ended, off the loop; `then` runs on the loop
+  // once the service has it (or could not be told). finish() waits for reports still out.
+  void report(bool succeeded, const std::string& message, std::function<void()> then = {});
+  // After a worker failed (and the report is in): the next round, or the end.
+  void restartOrEnd();
+  // Multi-node: the shared directory's probe (shared_dir_probe.h) on a thread of its own,
+  // then the round's workers.
+  void onProbed(const absl::Status& shared);
+  void stopProbe();
   std::vector<WorkerSpec> roundSpecs();
   // The console prefix of a worker's lines: torchrun's "[<role><local rank>]:", or the
   // --log_line_prefix_template filled in.
@@ -94,7 +103,7 @@ class Agent {
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer graceTimer_;
-  boost::asio::steady_timer drainTimer_;
+  boost::asio::steady_timer reportTimer_;
   Reaper reaper_;
   std::unique_ptr<rendezvous::StoreServer> store_;
   std::unique_ptr<WorkerGroup> group_;
@@ -127,7 +136,9 @@ class Agent {
   std::string nodeId_, nodeHost_;
   std::string storeToken_;
   std::unique_ptr<rendezvous::RendezvousClient> rdzv_;
-  std::thread joinThread_;
+  std::thread probeThread_;
+  std::atomic<bool> probeCancelled_{false};
+  int pendingReports_ = 0;
   uint64_t round_ = 0;  // the store namespace's round: the restart count, or the service's round
   int rankOffset_ = 0;
   Millis keepAliveInterval_{5000};

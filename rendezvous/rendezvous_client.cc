@@ -1,8 +1,13 @@
-// RendezvousClient: a unary Join with a deadline; a Watch stream and heartbeats on threads.
+// RendezvousClient: gRPC's callback API throughout. Join and Report are unary calls; the Watch
+// is a read reactor; heartbeats are unary calls spaced by an alarm. Every call in flight is
+// counted, so that the destructor can wait for the last callback.
 #include "rendezvous/rendezvous_client.h"
 
 #include <fmt/format.h>
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
+
+#include <future>
 
 #include "common/log.h"
 #include "rendezvous/store_service.h"
@@ -20,6 +25,157 @@ absl::Status toAbsl(const grpc::Status& s) {
   return s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// A unary call's parts, alive until its callback has run.
+template <typename Request, typename Response>
+struct Unary {
+  std::shared_ptr<grpc::ClientContext> context;
+  Request request;
+  Response response;
+};
+
+}  // namespace
+
+// One watch: its stream, its heartbeats, and the rule that at most one callback is delivered,
+// never after stop().
+struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
+  RendezvousClient* client = nullptr;
+  pb::WatchRequest request;
+  Millis interval{0}, keepAlive{0};
+  std::function<void(const pb::RoundEvent&)> onEvent;
+  std::function<void(const std::string&)> onError;
+
+  std::mutex mu;
+  bool over = false;  // stopped, or a callback was delivered
+  Clock::time_point lastOk = Clock::now();
+  std::shared_ptr<grpc::ClientContext> stream, beat;  // the calls in flight, to cancel
+  std::unique_ptr<grpc::Alarm> alarm;                 // the next heartbeat
+
+  // Runs `f` (a callback) once, unless stopped; under the lock, so that stop() returns only
+  // when no callback can still start.
+  void deliver(const std::function<void()>& f) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (over) return;
+    over = true;
+    f();
+  }
+
+  // One callback fewer to wait for (the stream's).
+  void ended() { client->ended(); }
+
+  void stop() {
+    std::shared_ptr<grpc::ClientContext> s, b;
+    grpc::Alarm* a = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      over = true;  // from here on nothing replaces the alarm or starts a call
+      s = stream;
+      b = beat;
+      a = alarm.get();
+    }
+    // Outside the lock: a cancelled call's callback may run inline, and it takes the lock.
+    if (s) s->TryCancel();
+    if (b) b->TryCancel();
+    if (a) a->Cancel();
+  }
+
+  // Sets the alarm for the next heartbeat.
+  void arm() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (over) return;
+    alarm = std::make_unique<grpc::Alarm>();
+    client->started();
+    RendezvousClient* c = client;
+    std::weak_ptr<Watch> weak = weak_from_this();  // the alarm must not keep its owner alive
+    alarm->Set(std::chrono::system_clock::now() + interval, [c, weak](bool fired) {
+      if (auto self = weak.lock(); self && fired) self->heartbeat();
+      c->ended();
+    });
+  }
+
+  void heartbeat() {
+    auto call = std::make_shared<Unary<pb::HeartbeatRequest, pb::HeartbeatResponse>>();
+    call->context = client->context(deadlineAfter(interval));
+    call->request.set_run_id(request.run_id());
+    call->request.set_node_id(request.node_id());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (over) return;
+      beat = call->context;
+      client->started();
+    }
+    client->stub_->async()->Heartbeat(
+        call->context.get(), &call->request, &call->response, [self = shared_from_this(), call](grpc::Status s) {
+          bool lost = false;
+          {
+            std::lock_guard<std::mutex> lock(self->mu);
+            if (s.ok()) {
+              self->lastOk = Clock::now();
+            } else {
+              lost = Clock::now() - self->lastOk >= self->keepAlive;
+            }
+          }
+          if (lost) {
+            self->deliver([&] {
+              self->onError(fmt::format("the rendezvous at {} has not answered a heartbeat for {:.1f} s",
+                                        self->client->target_, self->keepAlive.count() / 1000.0));
+            });
+          } else {
+            self->arm();
+          }
+          self->client->ended();
+        });
+  }
+};
+
+namespace {
+
+// The watch's stream: the first event ends it.
+class WatchStream : public grpc::ClientReadReactor<pb::RoundEvent> {
+ public:
+  WatchStream(std::shared_ptr<RendezvousClient::Watch> watch, std::shared_ptr<grpc::ClientContext> context)
+      : watch_(std::move(watch)), context_(std::move(context)) {}
+
+  void start(pb::Rendezvous::Stub* stub) {
+    stub->async()->Watch(context_.get(), &watch_->request, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    got_ = true;
+    watch_->deliver([&] { watch_->onEvent(event_); });
+    context_->TryCancel();  // one event is all a watch says
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    if (!got_) {
+      if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+        // The round ended before the watch began: the service answers the next join.
+        pb::RoundEvent ended;
+        ended.set_kind(pb::RoundEvent::NODE_LOST);
+        ended.set_round(watch_->request.round());
+        ended.set_message(status.error_message());
+        watch_->deliver([&] { watch_->onEvent(ended); });
+      } else {
+        watch_->deliver([&] {
+          watch_->onError(fmt::format("the rendezvous at {} went away ({})", watch_->client->target(),
+                                      status.error_message()));
+        });
+      }
+    }
+    auto watch = std::move(watch_);
+    delete this;
+    watch->ended();
+  }
+
+ private:
+  std::shared_ptr<RendezvousClient::Watch> watch_;
+  std::shared_ptr<grpc::ClientContext> context_;
+  pb::RoundEvent event_;
+  bool got_ = false;
+};
+
 }  // namespace
 
 RendezvousClient::RendezvousClient(const std::string& target, const std::string& token)
@@ -34,30 +190,96 @@ RendezvousClient::RendezvousClient(const std::string& target, const std::string&
   stub_ = pb::Rendezvous::NewStub(channel_);
 }
 
-RendezvousClient::~RendezvousClient() { stopWatch(); }
+RendezvousClient::~RendezvousClient() {
+  stopWatch();
+  cancel();
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return inflight_ == 0; });
+}
+
+std::shared_ptr<grpc::ClientContext> RendezvousClient::context(Deadline deadline) const {
+  auto context = std::make_shared<grpc::ClientContext>();
+  if (!token_.empty()) context->AddMetadata(kTokenMetadataKey, token_);
+  context->set_deadline(toSystem(deadline));
+  return context;
+}
+
+void RendezvousClient::begin(const std::shared_ptr<grpc::ClientContext>& context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.insert(context);
+  ++inflight_;
+}
+
+void RendezvousClient::end(const std::shared_ptr<grpc::ClientContext>& context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  calls_.erase(context);
+  if (--inflight_ == 0) idle_.notify_all();
+}
+
+void RendezvousClient::started() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++inflight_;
+}
+
+void RendezvousClient::ended() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--inflight_ == 0) idle_.notify_all();
+}
+
+void RendezvousClient::cancel() {
+  std::set<std::shared_ptr<grpc::ClientContext>> calls;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls = calls_;
+  }
+  for (const auto& c : calls) c->TryCancel();  // outside the lock: callbacks may run inline
+}
+
+void RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline,
+                            std::function<void(absl::StatusOr<pb::Assignment>)> done) {
+  auto call = std::make_shared<Unary<pb::JoinRequest, pb::Assignment>>();
+  call->context = context(deadline);
+  call->context->set_wait_for_ready(true);  // node 0 may not be up yet: wait for it, within the deadline
+  call->request = request;
+  begin(call->context);
+  stub_->async()->Join(call->context.get(), &call->request, &call->response,
+                       [this, call, done = std::move(done)](grpc::Status status) {
+                         if (status.ok()) {
+                           done(std::move(call->response));
+                         } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+                                    status.error_message() == "Deadline Exceeded") {
+                           done(absl::DeadlineExceededError(
+                               fmt::format("no rendezvous answered at {} before the join timeout", target_)));
+                         } else {
+                           done(toAbsl(status));
+                         }
+                         end(call->context);
+                       });
+}
+
+void RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline,
+                              std::function<void(absl::Status)> done) {
+  auto call = std::make_shared<Unary<pb::ReportRequest, pb::ReportResponse>>();
+  call->context = context(deadline);
+  call->request = request;
+  begin(call->context);
+  stub_->async()->Report(call->context.get(), &call->request, &call->response,
+                         [this, call, done = std::move(done)](grpc::Status status) {
+                           done(toAbsl(status));
+                           end(call->context);
+                         });
+}
 
 absl::StatusOr<pb::Assignment> RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline) {
-  grpc::ClientContext context;
-  if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
-  context.set_deadline(toSystem(deadline));
-  context.set_wait_for_ready(true);  // node 0 may not be up yet: wait for it, within the deadline
-  pb::Assignment assignment;
-  auto status = stub_->Join(&context, request, &assignment);
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && status.error_message() == "Deadline Exceeded") {
-      return absl::DeadlineExceededError(fmt::format("no rendezvous answered at {} before the join timeout", target_));
-    }
-    return toAbsl(status);
-  }
-  return assignment;
+  std::promise<absl::StatusOr<pb::Assignment>> result;
+  join(request, deadline, [&](absl::StatusOr<pb::Assignment> r) { result.set_value(std::move(r)); });
+  return result.get_future().get();
 }
 
 absl::Status RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline) {
-  grpc::ClientContext context;
-  if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
-  context.set_deadline(toSystem(deadline));
-  pb::ReportResponse response;
-  return toAbsl(stub_->Report(&context, request, &response));
+  std::promise<absl::Status> result;
+  report(request, deadline, [&](absl::Status s) { result.set_value(std::move(s)); });
+  return result.get_future().get();
 }
 
 void RendezvousClient::watch(const std::string& runId, const std::string& nodeId, uint64_t round,
@@ -65,81 +287,32 @@ void RendezvousClient::watch(const std::string& runId, const std::string& nodeId
                              std::function<void(const pb::RoundEvent&)> onEvent,
                              std::function<void(const std::string&)> onError) {
   stopWatch();
+  auto w = std::make_shared<Watch>();
+  w->client = this;
+  w->request.set_run_id(runId);
+  w->request.set_node_id(nodeId);
+  w->request.set_round(round);
+  w->interval = interval;
+  w->keepAlive = keepAlive;
+  w->onEvent = std::move(onEvent);
+  w->onError = std::move(onError);
+  w->stream = context(kNoDeadline);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = false;
-    watchContext_ = std::make_unique<grpc::ClientContext>();
-    if (!token_.empty()) watchContext_->AddMetadata(kTokenMetadataKey, token_);
+    watch_ = w;
+    ++inflight_;  // the stream's OnDone
   }
-  auto reported = std::make_shared<std::atomic<bool>>(false);
-  watchThread_ = std::thread([this, runId, nodeId, round, onEvent, onError, reported] {
-    pb::WatchRequest request;
-    request.set_run_id(runId);
-    request.set_node_id(nodeId);
-    request.set_round(round);
-    auto reader = stub_->Watch(watchContext_.get(), request);
-    pb::RoundEvent event;
-    bool got = reader->Read(&event);
-    auto status = reader->Finish();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return;
-    }
-    if (reported->exchange(true)) return;
-    if (got) {
-      onEvent(event);
-    } else if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-      // The round ended before the watch began: the service answers the next join.
-      pb::RoundEvent ended;
-      ended.set_kind(pb::RoundEvent::NODE_LOST);
-      ended.set_round(round);
-      ended.set_message(status.error_message());
-      onEvent(ended);
-    } else {
-      onError(fmt::format("the rendezvous at {} went away ({})", target_, status.error_message()));
-    }
-  });
-  heartbeatThread_ = std::thread([this, runId, nodeId, interval, keepAlive, onError, reported] {
-    auto lastOk = Clock::now();
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stopping_) {
-      cv_.wait_for(lock, interval, [&] { return stopping_; });
-      if (stopping_) return;
-      lock.unlock();
-      grpc::ClientContext context;
-      if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
-      context.set_deadline(std::chrono::system_clock::now() + interval);
-      pb::HeartbeatRequest request;
-      request.set_run_id(runId);
-      request.set_node_id(nodeId);
-      pb::HeartbeatResponse response;
-      bool ok = stub_->Heartbeat(&context, request, &response).ok();
-      lock.lock();
-      if (ok) {
-        lastOk = Clock::now();
-      } else if (Clock::now() - lastOk >= keepAlive && !stopping_) {
-        lock.unlock();
-        if (!reported->exchange(true)) {
-          onError(fmt::format("the rendezvous at {} has not answered a heartbeat for {:.1f} s", target_,
-                              keepAlive.count() / 1000.0));
-        }
-        return;
-      }
-    }
-  });
+  (new WatchStream(w, w->stream))->start(stub_.get());
+  w->arm();
 }
 
 void RendezvousClient::stopWatch() {
+  std::shared_ptr<Watch> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    if (watchContext_) watchContext_->TryCancel();
+    w = std::move(watch_);
   }
-  cv_.notify_all();
-  if (watchThread_.joinable() && watchThread_.get_id() != std::this_thread::get_id()) watchThread_.join();
-  if (heartbeatThread_.joinable() && heartbeatThread_.get_id() != std::this_thread::get_id()) heartbeatThread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  watchContext_.reset();
+  if (w) w->stop();
 }
 
 }  // namespace muster::rendezvous

@@ -1,52 +1,81 @@
 // An agent's side of the rendezvous: join a round, watch it for its end, heartbeat, report.
+// Every call is asynchronous (gRPC's callback API): nothing here holds a thread of the caller's.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
 #include "muster/v1/rendezvous.grpc.pb.h"
 
+namespace grpc {
+class ClientContext;
+}
+
 namespace muster::rendezvous {
 
 namespace pb = ::muster::v1;
 
-// Thread-safety: join/report from one thread at a time; the watch and heartbeat threads call
-// their callbacks on their own threads. Lifetime: the destructor stops both threads.
+// Callbacks run on gRPC's threads: post them to where they belong, and do not call back into
+// the client from them but through such a post. Thread-safety: every method may be called
+// from any thread. Lifetime: the destructor cancels every call still in flight and waits until
+// their callbacks have returned (promptly: cancellation does not wait for the service).
 class RendezvousClient {
  public:
   RendezvousClient(const std::string& target, const std::string& token);
   ~RendezvousClient();
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
 
   const std::string& target() const { return target_; }
-  // Blocks until the round closes, the service refuses, or `deadline` passes.
+
+  // `done` gets the assignment once the round closes, or why not (the service refused, the
+  // deadline passed: DEADLINE_EXCEEDED, cancel(): CANCELLED).
+  void join(const pb::JoinRequest& request, Deadline deadline,
+            std::function<void(absl::StatusOr<pb::Assignment>)> done);
+  void report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done);
+  // Blocking forms, for tools and benchmarks (never on an event loop).
   absl::StatusOr<pb::Assignment> join(const pb::JoinRequest& request, Deadline deadline);
   absl::Status report(const pb::ReportRequest& request, Deadline deadline);
 
-  // Watches the round on a thread: `onEvent` with the round's end, or `onError` when the
-  // service cannot be reached (the stream broke). Heartbeats every `interval` meanwhile; a
-  // heartbeat the service cannot answer for `keepAlive` also ends in `onError`.
+  // Watches the round: `onEvent` with the round's end, or `onError` when the service cannot
+  // be reached (the stream broke), at most one of them, once. Heartbeats every `interval`
+  // meanwhile; heartbeats the service does not answer for `keepAlive` end in `onError`. A
+  // watch replaces the one before.
   void watch(const std::string& runId, const std::string& nodeId, uint64_t round, Millis interval,
              Millis keepAlive, std::function<void(const pb::RoundEvent&)> onEvent,
              std::function<void(const std::string&)> onError);
-  // Stops the watch and the heartbeats (the round is over for this node).
+  // Stops the watch and its heartbeats: once this returns, neither of its callbacks is called.
+  // Does not wait for the service.
   void stopWatch();
+  // Cancels every call in flight (joins and reports end with CANCELLED).
+  void cancel();
+
+ public:
+  struct Watch;  // defined in the .cc
 
  private:
+  friend struct Watch;
+  // Bookkeeping of calls in flight, so that the destructor can wait for their callbacks.
+  void begin(const std::shared_ptr<grpc::ClientContext>& context);
+  void end(const std::shared_ptr<grpc::ClientContext>& context);
+  void started();
+  void ended();
+  std::shared_ptr<grpc::ClientContext> context(Deadline deadline) const;
+
   std::string target_, token_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::Rendezvous::Stub> stub_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::unique_ptr<grpc::ClientContext> watchContext_;
-  std::thread watchThread_, heartbeatThread_;
-  bool stopping_ = false;
+  std::condition_variable idle_;
+  std::set<std::shared_ptr<grpc::ClientContext>> calls_;  // unary calls in flight (to cancel)
+  int inflight_ = 0;                      // callbacks still to come, of every kind
+  std::shared_ptr<Watch> watch_;
 };
 
 }  // namespace muster::rendezvous

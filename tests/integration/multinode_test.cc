@@ -350,6 +350,27 @@ namespace {
 
 // Two hosts in network namespaces, joined through a bridge that lives in a namespace of its
 // own; 10.x addresses exist only inside them. Needs root and iproute2.
+// A report to a rendezvous that does not answer (node 0's launch stopped) once blocked the
+// event loop for its 10 s deadline: SIGTERM is acted on at once, and launch waits only a
+// moment for the report before it exits.
+TEST_F(MultiNode, SigtermIsActedOnAtOnceWhenTheRendezvousDoesNotAnswer) {
+  std::string w = script("touch " + (dir_ / "up_").string() + "$RANK\nexec sleep 60\n");
+  auto a = node(staticFlags(2, 0, 1), w);
+  auto b = node(staticFlags(2, 1, 1), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1")) << a->stderrText() << b->stderrText();
+  a->kill(SIGSTOP);  // the rendezvous (hosted by node 0) stops answering
+  auto struck = std::chrono::steady_clock::now();
+  b->kill(SIGTERM);
+  auto exited = b->wait(kRun);
+  auto took = std::chrono::steady_clock::now() - struck;
+  a->kill(SIGKILL);
+  a->kill(SIGCONT);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->code, 128 + SIGTERM) << b->stderrText();
+  // The report's own deadline is 10 s; launch gives it 2 s once done.
+  EXPECT_LT(took, milliseconds(7000)) << b->stderrText();
+}
+
 class NetnsHosts : public MultiNode {
  protected:
   void SetUp() override {
