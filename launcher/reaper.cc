@@ -2,7 +2,9 @@
 #include "launcher/reaper.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -14,9 +16,8 @@
 namespace muster::launcher {
 namespace {
 
-constexpr int kMaxGroups = 4096;
-
-// Runs in the forked guard: only async-signal-safe calls, no allocation.
+// Runs in the forked guard: only async-signal-safe calls, no allocation but mmap's (the list
+// of groups grows with mremap, as far as memory allows).
 [[noreturn]] void guardMain(int fd) {
   // Keep running through the signals that stop launch: the guard's job starts then.
   signal(SIGINT, SIG_IGN);
@@ -29,19 +30,28 @@ constexpr int kMaxGroups = 4096;
   // Leave launch's process group, so that a signal sent to that group (a terminal's Ctrl-C)
   // does not reach the guard while launch is still there to handle it.
   setpgid(0, 0);
-  for (int other = 3; other < 1024; ++other) {
-    if (other != fd) close(other);
-  }
-  int32_t groups[kMaxGroups];
-  int count = 0;
+  // Every descriptor but the pipe, however high the limit.
+  if (fd > 3) close_range(3, static_cast<unsigned>(fd) - 1, 0);
+  close_range(static_cast<unsigned>(fd) + 1, ~0U, 0);
+  size_t capacity = 4096, count = 0;
+  auto* groups = static_cast<int32_t*>(
+      mmap(nullptr, capacity * sizeof(int32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (groups == MAP_FAILED) _exit(1);
   int32_t record;
   while (true) {
     ssize_t got = read(fd, &record, sizeof(record));
     if (got == sizeof(record)) {
-      if (record > 0 && count < kMaxGroups) {
+      if (record > 0 && count == capacity) {
+        void* bigger = mremap(groups, capacity * sizeof(int32_t), 2 * capacity * sizeof(int32_t), MREMAP_MAYMOVE);
+        if (bigger != MAP_FAILED) {
+          groups = static_cast<int32_t*>(bigger);
+          capacity *= 2;
+        }
+      }
+      if (record > 0 && count < capacity) {
         groups[count++] = record;
       } else if (record < 0) {
-        for (int i = 0; i < count; ++i) {
+        for (size_t i = 0; i < count; ++i) {
           if (groups[i] == -record) {
             groups[i] = groups[--count];
             break;
@@ -53,7 +63,7 @@ constexpr int kMaxGroups = 4096;
     if (got < 0 && errno == EINTR) continue;
     break;  // EOF: launch is gone
   }
-  for (int i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  for (size_t i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
   _exit(0);
 }
 

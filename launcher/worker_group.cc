@@ -1,4 +1,4 @@
-// WorkerGroup: Boost.Process spawns; SIGCHLD reaps; asio pumps the pipes.
+// WorkerGroup: spawnProcess starts; SIGCHLD reaps; asio pumps the pipes.
 #include "launcher/worker_group.h"
 
 #include <fcntl.h>
@@ -8,10 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/process.hpp>
-#include <boost/process/extend.hpp>
-#include <boost/process/posix.hpp>
 #include <algorithm>
+#include <utility>
 #include <cstring>
 #include <string_view>
 
@@ -19,9 +17,9 @@
 
 #include "common/log.h"
 #include "launcher/console.h"
+#include "launcher/spawn.h"
 
 namespace muster::launcher {
-namespace bp = boost::process;
 namespace asio = boost::asio;
 
 namespace {
@@ -35,27 +33,6 @@ auto logger() {
 // connection per rank), workers get back the one they would have had.
 rlimit gWorkerFiles{RLIM_INFINITY, RLIM_INFINITY};
 bool gRestoreFiles = false;
-
-// Runs in the child between fork and exec: its own process group, so that one signal reaches
-// the worker and everything it starts; and death with launch (the reaper covers the rest).
-struct ChildSetup : bp::extend::handler {
-  pid_t parent;
-  explicit ChildSetup(pid_t p) : parent(p) {}
-  template <typename Executor>
-  void on_exec_setup(Executor&) const {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // launch died before prctl took effect
-    // Workers start with default dispositions and an empty mask, whatever launch blocked.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) {
-      signal(s, SIG_DFL);
-    }
-    if (gRestoreFiles) setrlimit(RLIMIT_NOFILE, &gWorkerFiles);
-  }
-};
 
 int openLog(const std::string& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
@@ -188,92 +165,117 @@ WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
     if (w->pid > 0) {
       kill(-w->pid, SIGKILL);
-      if (!w->exit) waitpid(w->pid, nullptr, 0);
+      // Never wait here: a worker stuck in the kernel (state D) would hold launch. One that
+      // exits later is reaped as an orphan (Agent::reapOrphans), or by init after launch.
+      if (!w->exit) waitpid(w->pid, nullptr, WNOHANG);
       reaper_.forget(w->pid);
     }
   }
 }
 
+namespace {
+
+// A descriptor closed when it goes out of scope, unless released.
+struct OwnedFd {
+  int fd = -1;
+  OwnedFd() = default;
+  explicit OwnedFd(int f) : fd(f) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() {
+    if (fd >= 0) close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+// A pipe whose ends close themselves.
+absl::Status makePipe(OwnedFd& read, OwnedFd& write) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    int err = errno;
+    return absl::Status(absl::ErrnoToStatusCode(err), "pipe: " + errnoText(err));
+  }
+  read.fd = fds[0];
+  write.fd = fds[1];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status WorkerGroup::start(std::vector<WorkerSpec> specs) {
   for (auto& spec : specs) {
-    auto state = std::make_unique<WorkerState>();
-    state->spec = std::move(spec);
-    WorkerState& w = *state;
-    workers_.push_back(std::move(state));
-
-    // stdout goes straight to launch's stdout when nothing needs to see it; stderr always
-    // passes through launch so that its last lines can explain a failure.
-    bool outDirect = w.spec.stdoutToConsole && w.spec.prefix.empty() && w.spec.stdoutFile.empty();
-    bool outDiscard = !w.spec.stdoutToConsole && w.spec.stdoutFile.empty();
-    int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1};
-    if (!outDirect && !outDiscard && pipe2(outPipe, O_CLOEXEC) != 0) {
-      return absl::InternalError(fmt::format("pipe: {}", strerror(errno)));
+    if (auto status = startOne(std::move(spec)); !status.ok()) {
+      // A round starts whole or not at all: the workers already started go at once.
+      signalAll(SIGKILL);
+      return status;
     }
-    if (pipe2(errPipe, O_CLOEXEC) != 0) {
-      return absl::InternalError(fmt::format("pipe: {}", strerror(errno)));
-    }
-    int outTarget = outDirect ? STDOUT_FILENO : outDiscard ? open("/dev/null", O_WRONLY | O_CLOEXEC)
-                                                           : outPipe[1];
-    bp::environment env;
-    for (const auto& [k, v] : w.spec.env) env[k] = v;
-    std::vector<std::string> args(w.spec.argv.begin() + 1, w.spec.argv.end());
-    // vfork: the child borrows launch's memory until exec, so spawning costs the same however
-    // large launch is (a fork copies the page tables: about 1 ms each here).
-    bp::child child;
-    std::string spawnError;
-    try {
-      child = bp::child(bp::exe = w.spec.argv[0], bp::args = args, env, bp::std_in < bp::null,
-                        bp::posix::fd.bind(STDOUT_FILENO, outTarget),
-                        bp::posix::fd.bind(STDERR_FILENO, errPipe[1]), ChildSetup(getpid()),
-                        bp::posix::use_vfork);
-    } catch (const bp::process_error& e) {
-      spawnError = e.code().message();
-    }
-    if (!outDirect) close(outTarget);
-    close(errPipe[1]);
-    if (!spawnError.empty()) {
-      if (outPipe[0] >= 0) close(outPipe[0]);
-      close(errPipe[0]);
-      return absl::InternalError(fmt::format("cannot start local rank {} ({}): {}",
-                                             w.spec.localRank, w.spec.argv[0], spawnError));
-    }
-    w.pid = child.id();
-    w.started = std::chrono::steady_clock::now();
-    child.detach();  // reaped by reap() on SIGCHLD
-    reaper_.watch(w.pid);
-
-    auto addPump = [&](int fd, bool isErr) {
-      auto p = std::make_shared<Pump>(io_, fd);
-      p->worker = &w;
-      p->isErr = isErr;
-      bool console = isErr ? w.spec.stderrToConsole : w.spec.stdoutToConsole;
-      p->group = this;
-      p->console = console ? (isErr ? consoles_.err : consoles_.out) : nullptr;
-      const std::string& file = isErr ? w.spec.stderrFile : w.spec.stdoutFile;
-      if (!file.empty()) {
-        p->filePath = file;
-        p->fileFd = openLog(file);
-        if (p->fileFd < 0) logLost(file, errno, 0);
-      }
-      p->prefix = w.spec.prefix;
-      const std::string& filtered = isErr ? w.spec.filteredStderrFile : w.spec.filteredStdoutFile;
-      if (!filtered.empty()) {
-        auto& fd = filtered_[filtered];
-        if (!fd) {
-          fd = std::shared_ptr<int>(new int(openLog(filtered)), [](int* f) {
-            if (*f >= 0) close(*f);
-            delete f;
-          });
-        }
-        p->filteredFd = fd;
-        p->filters = isErr ? &w.spec.stderrFilters : &w.spec.stdoutFilters;
-      }
-      ++w.openStreams;
-      pump(p);
-    };
-    if (outPipe[0] >= 0) addPump(outPipe[0], false);
-    addPump(errPipe[0], true);
   }
+  return absl::OkStatus();
+}
+
+absl::Status WorkerGroup::startOne(WorkerSpec spec) {
+  auto state = std::make_unique<WorkerState>();
+  state->spec = std::move(spec);
+  WorkerState& w = *state;
+  auto failed = [&](const absl::Status& why) {
+    return absl::Status(why.code(), fmt::format("cannot start local rank {} ({}): {}", w.spec.localRank,
+                                                w.spec.argv[0], std::string(why.message())));
+  };
+  // stdout goes straight to launch's stdout when nothing needs to see it; stderr always
+  // passes through launch so that its last lines can explain a failure.
+  bool outDirect = w.spec.stdoutToConsole && w.spec.prefix.empty() && w.spec.stdoutFile.empty();
+  bool outDiscard = !w.spec.stdoutToConsole && w.spec.stdoutFile.empty();
+  OwnedFd outRead, outWrite, errRead, errWrite;
+  if (!outDirect && !outDiscard) {
+    if (auto s = makePipe(outRead, outWrite); !s.ok()) return failed(s);
+  }
+  if (auto s = makePipe(errRead, errWrite); !s.ok()) return failed(s);
+  SpawnRequest request;
+  request.path = w.spec.argv[0];
+  request.argv = w.spec.argv;
+  for (const auto& [k, v] : w.spec.env) request.env.push_back(k + "=" + v);
+  request.stdoutFd = outDirect ? STDOUT_FILENO : outDiscard ? -1 : outWrite.fd;
+  request.stderrFd = errWrite.fd;
+  if (gRestoreFiles) request.files = gWorkerFiles;
+  auto pid = spawnProcess(request);
+  if (!pid.ok()) return failed(pid.status());
+  w.pid = *pid;
+  w.started = std::chrono::steady_clock::now();
+  reaper_.watch(w.pid);
+  workers_.push_back(std::move(state));
+
+  auto addPump = [&](OwnedFd& fd, bool isErr) {
+    auto p = std::make_shared<Pump>(io_, fd.release());
+    p->worker = &w;
+    p->isErr = isErr;
+    bool console = isErr ? w.spec.stderrToConsole : w.spec.stdoutToConsole;
+    p->group = this;
+    p->console = console ? (isErr ? consoles_.err : consoles_.out) : nullptr;
+    const std::string& file = isErr ? w.spec.stderrFile : w.spec.stdoutFile;
+    if (!file.empty()) {
+      p->filePath = file;
+      p->fileFd = openLog(file);
+      if (p->fileFd < 0) logLost(file, errno, 0);
+    }
+    p->prefix = w.spec.prefix;
+    const std::string& filtered = isErr ? w.spec.filteredStderrFile : w.spec.filteredStdoutFile;
+    if (!filtered.empty()) {
+      auto& shared = filtered_[filtered];
+      if (!shared) {
+        shared = std::shared_ptr<int>(new int(openLog(filtered)), [](int* f) {
+          if (*f >= 0) close(*f);
+          delete f;
+        });
+        if (*shared < 0) logLost(filtered, errno, 0);
+      }
+      p->filteredFd = shared;
+      p->filters = isErr ? &w.spec.stderrFilters : &w.spec.stdoutFilters;
+    }
+    ++w.openStreams;
+    pump(p);
+  };
+  if (outRead.fd >= 0) addPump(outRead, false);
+  addPump(errRead, true);
   return absl::OkStatus();
 }
 

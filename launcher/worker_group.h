@@ -102,6 +102,7 @@ class WorkerGroup {
 
  private:
   struct Pump;
+  absl::Status startOne(WorkerSpec spec);
   void pump(std::shared_ptr<Pump> pump);
   void maybeSettled();
 

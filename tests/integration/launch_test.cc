@@ -436,6 +436,42 @@ TEST_F(LaunchTest, LaunchRaisesItsDescriptorLimitButNotTheWorkers) {
   EXPECT_EQ(read("launch_0"), want + "\n") << "launch's soft limit is its hard limit";
 }
 
+// Running out of descriptors while starting 200 workers is said as such (it once read "Bad
+// file descriptor"), and the workers already started do not outlive the failed start.
+TEST_F(LaunchTest, RunningOutOfDescriptorsIsSaidAndTheStartedWorkersGo) {
+  std::string pid = (dir_ / "pid_").string() + "$RANK";
+  std::string w = script("sleeper.sh", "echo $$ > " + pid + ".tmp && mv " + pid + ".tmp " + pid + "\nexec sleep 60\n");
+  std::string cmd = "ulimit -n 128; exec " + launchPath() + " --master_port=0 --nproc_per_node=200 " + w;
+  Child c({"/bin/bash", "-c", cmd});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1) << c.stderrText();
+  EXPECT_NE(c.stderrText().find("Too many open files"), std::string::npos) << c.stderrText();
+  EXPECT_NE(c.stderrText().find("ulimit -n"), std::string::npos) << c.stderrText();
+  EXPECT_EQ(c.stderrText().find("Bad file descriptor"), std::string::npos) << c.stderrText();
+  std::vector<pid_t> started;
+  for (int r = 0; r < 200; ++r) {
+    std::ifstream in(dir_ / ("pid_" + std::to_string(r)));
+    for (pid_t p; in >> p;) started.push_back(p);
+  }
+  EXPECT_TRUE(allGone(started)) << started.size() << " workers had started";
+}
+
+// Workers start as from a fresh shell: no blocked or ignored signal (launch ignores SIGPIPE
+// and blocks others), and no descriptor of launch's but 0, 1 and 2.
+TEST_F(LaunchTest, WorkersStartWithDefaultSignalsAndOnlyTheStandardDescriptors) {
+  std::string out = (dir_ / "state_").string() + "$RANK";
+  std::string w = script("state.sh", "grep -E '^Sig(Blk|Ign):' /proc/self/status > " + out +
+                                         "\nexec /bin/ls /proc/self/fd >> " + out + "\n");
+  Child c(launch({"--nproc_per_node=2", "--prefix_output", "--tee=3", w}));
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  for (int r = 0; r < 2; ++r) {
+    // ls's own descriptor for the directory it lists is 3 (>> opens stdout anew: it is 1).
+    EXPECT_EQ(read("state_" + std::to_string(r)),
+              "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n0\n1\n2\n3\n");
+  }
+}
+
 // A reader that stops reading launch's stdout does not stall launch: SIGTERM is still acted
 // on (the workers' output through launch goes to a bounded queue off the event loop).
 TEST_F(LaunchTest, AStalledReaderDoesNotStallLaunch) {
