@@ -1,6 +1,8 @@
 // The contract between launch and the programs it starts, C++ (the worker library) and Python
-// (through the TCPStore front): where a round's keys live and how the two kinds of client name
-// them. Both sides include this header; nothing else may spell these layouts.
+// (through the TCPStore front): muster's environment variables, where a round's keys and files
+// live, and how the two kinds of client name keys. Both sides include this header; nothing
+// else may spell these names and layouts. (torchrun's own variables, RANK and the rest, are
+// PyTorch's contract and keep PyTorch's names.)
 #pragma once
 
 #include <cstdint>
@@ -9,10 +11,27 @@
 
 namespace muster::contract {
 
+// muster's variables in every worker's environment.
+inline constexpr const char* kStoreAddr = "MUSTER_STORE_ADDR";            // host:port of the gRPC store
+inline constexpr const char* kStoreNamespace = "MUSTER_STORE_NAMESPACE";  // roundNamespace() below
+inline constexpr const char* kStoreTokenFile = "MUSTER_STORE_TOKEN_FILE"; // the store's token, if any
+inline constexpr const char* kSharedDir = "MUSTER_SHARED_DIR";            // the channel's directory
+inline constexpr const char* kRunDir = "MUSTER_RUN_DIR";                  // this node's logs of the job
+inline constexpr const char* kJobId = "MUSTER_JOB_ID";                    // the job's name in kSharedDir
+// The rendezvous round (not TORCHELASTIC_RESTART_COUNT: an elastic join starts a new round
+// without a restart, and a node that joins later has counted fewer restarts).
+inline constexpr const char* kRound = "MUSTER_ROUND";
+
 // The store namespace of one round of a job: "<run id>/<round>". A new round gets a fresh
 // namespace, so no attempt sees its predecessor's keys; launch deletes the old one.
 inline std::string roundNamespace(std::string_view runId, uint64_t round) {
   return std::string(runId) + "/" + std::to_string(round);
+}
+
+// A round's channel files: "<shared dir>/<job id>/<round>". launch removes it when the round
+// is over (and the job's folder after a successful job).
+inline std::string roundDirectory(std::string_view sharedDir, std::string_view jobId, uint64_t round) {
+  return std::string(sharedDir) + "/" + std::string(jobId) + "/" + std::to_string(round);
 }
 
 // PyTorch's TCPStore client puts "/" before every key, and torch 1.13's

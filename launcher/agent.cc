@@ -141,6 +141,7 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       command_(std::move(command)),
       signals_(io_),
       graceTimer_(io_),
+      killTimer_(io_),
       reportTimer_(io_) {}
 
 Agent::~Agent() { stopProbe(); }
@@ -223,7 +224,7 @@ absl::Status Agent::prepare() {
   std::string token = randomHex(16);
   if (multiNode_) {
     token.clear();
-    if (auto it = env_.find("MUSTER_STORE_TOKEN_FILE"); it != env_.end() && !it->second.empty()) {
+    if (auto it = env_.find(contract::kStoreTokenFile); it != env_.end() && !it->second.empty()) {
       auto shared = readToken(it->second);
       if (!shared.ok()) return shared.status();
       token = *shared;
@@ -597,12 +598,13 @@ std::vector<WorkerSpec> Agent::roundSpecs() {
     if (!env_.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
     spec.errorFile = (rankDir / "error.json").string();
     e["TORCHELASTIC_ERROR_FILE"] = spec.errorFile;
-    e["MUSTER_STORE_ADDR"] = endpoint_;
-    e["MUSTER_STORE_NAMESPACE"] = ns;
-    if (!storeToken_.empty()) e["MUSTER_STORE_TOKEN_FILE"] = tokenFile_;
-    if (!sharedDir_.empty()) e["MUSTER_SHARED_DIR"] = sharedDir_;
-    e["MUSTER_RUN_DIR"] = runDir_;
-    e["MUSTER_JOB_ID"] = jobId_;
+    e[contract::kStoreAddr] = endpoint_;
+    e[contract::kStoreNamespace] = ns;
+    e[contract::kRound] = std::to_string(round_);
+    if (!storeToken_.empty()) e[contract::kStoreTokenFile] = tokenFile_;
+    if (!sharedDir_.empty()) e[contract::kSharedDir] = sharedDir_;
+    e[contract::kRunDir] = runDir_;
+    e[contract::kJobId] = jobId_;
 
     StdSpec redirect = options_.redirectFor(local), tee = options_.teeFor(local);
     bool shown = options_.consoleShows(local);
@@ -677,6 +679,7 @@ std::string Agent::linePrefix(int localRank, int globalRank) const {
 
 absl::Status Agent::startRound() {
   stopping_ = Stopping::kNo;
+  killArmed_ = false;
   group_ = std::make_unique<WorkerGroup>(io_, reaper_,
                                          [this](const WorkerState& w) { onWorkerExit(w); },
                                          WorkerGroup::Consoles{stdout_.get(), stderr_.get()});
@@ -733,7 +736,7 @@ void Agent::onWorkerExit(const WorkerState& w) {
   }
   if (group_->allExited()) {
     // Whatever the workers left behind in their process groups goes too: no orphans.
-    group_->signalAll(SIGKILL);
+    killGroup();
     killLeftovers();
   }
 }
@@ -754,12 +757,29 @@ void Agent::stopGroup(int sig, const std::string& why) {
     for (const auto& w : group_->workers()) left += w->exit ? 0 : 1;
     logger()->warn("{} worker(s) still running {} s after the stop began; sending SIGKILL", left,
                    options_.gracePeriodS);
-    group_->signalAll(SIGKILL);
+    killGroup();
+  });
+}
+
+void Agent::killGroup() {
+  group_->signalAll(SIGKILL);
+  if (killArmed_) return;
+  killArmed_ = true;
+  killTimer_.expires_after(Millis(static_cast<int64_t>(options_.killTimeoutS * 1000)));
+  killTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || !group_ || group_->settled()) return;
+    // SIGKILL cannot end a process the kernel holds (state D: a hung file system or device).
+    // Waiting on would wedge launch for good: say what is stuck, and go on without it.
+    for (const auto& line : group_->abandon()) logger()->error("{}", line);
+    logger()->error("launch goes on without what is still there {} s after SIGKILL (--kill_timeout); no "
+                    "restart while it may hold the job's resources", options_.killTimeoutS);
+    stuck_ = true;
   });
 }
 
 void Agent::onRoundSettled() {
   graceTimer_.cancel();
+  killTimer_.cancel();
   emitWorkerEvents();
   if (group_) {
     for (const auto& [file, loss] : group_->logLosses()) lostLogs_[file] = loss;
@@ -787,6 +807,11 @@ void Agent::onRoundSettled() {
   if (stopping_ == Stopping::kRemote) {
     if (rdzv_) rdzv_->stopWatch();
     dropRound();
+    if (stuck_) {
+      std::fprintf(stderr, "launch: %s; no restart: a worker could not be killed\n", remoteWhy_.c_str());
+      finish(1);
+      return;
+    }
     if (remote_ == Remote::kGone && standaloneService_ && restartCount_ < options_.maxRestarts) {
       // rendezvousd restarted (systemd, a rescheduled pod): it comes back empty, so every
       // agent re-joins as a new round; the join waits for it, with back-off, up to the join
@@ -857,7 +882,7 @@ void Agent::onRoundSettled() {
 }
 
 void Agent::restartOrEnd() {
-  if (restartCount_ < options_.maxRestarts) {
+  if (restartCount_ < options_.maxRestarts && !stuck_) {
     if (rootCause_) {
       logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
                      restartCount_ + 1, options_.maxRestarts, rootCause_->globalRank,
@@ -950,7 +975,7 @@ void Agent::dropRound() {
   // The next round gets a fresh namespace and channel directory (a restarted rendezvousd may
   // hand out the same round number again).
   std::error_code ec;
-  if (!sharedDir_.empty()) fs::remove_all(fs::path(sharedDir_) / jobId_ / std::to_string(round_), ec);
+  if (!sharedDir_.empty()) fs::remove_all(contract::roundDirectory(sharedDir_, jobId_, round_), ec);
   std::string ns = contract::roundNamespace(runId_, round_);
   if (store_) rendezvous::LocalStore(store_->memory(), ns).clear().IgnoreError();
   if (frontMemory_ && (!store_ || frontMemory_ != store_->memory())) {
@@ -1062,6 +1087,7 @@ void Agent::finish(int code) {
   stopping_ = Stopping::kDone;
   signals_.cancel();
   graceTimer_.cancel();
+  killTimer_.cancel();
   if (pendingReports_ == 0) {
     io_.stop();
     return;
@@ -1095,7 +1121,7 @@ void Agent::armSignals() {
       if (stopping_ == Stopping::kSignal && sig == stopSignal_) {
         // A second Ctrl-C: do not wait out the grace period.
         logger()->warn("{} again: killing the workers now", signalName(sig));
-        if (group_) group_->signalAll(SIGKILL);
+        if (group_) killGroup();
       } else {
         logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
         if (!group_ || group_->allExited()) {

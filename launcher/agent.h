@@ -76,6 +76,8 @@ class Agent {
   std::string linePrefix(int localRank, int globalRank) const;
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);
+  // SIGKILLs the group; --kill_timeout later, gives up on what is still there (stuck_).
+  void killGroup();
   void onRoundSettled();
   // Deletes the finished round's keys and channel directory before the next round.
   void dropRound();
@@ -103,6 +105,7 @@ class Agent {
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;
   boost::asio::steady_timer graceTimer_;
+  boost::asio::steady_timer killTimer_;
   boost::asio::steady_timer reportTimer_;
   Reaper reaper_;
   std::unique_ptr<rendezvous::StoreServer> store_;
@@ -162,6 +165,8 @@ class Agent {
   std::chrono::steady_clock::time_point stopStarted_;
   std::chrono::steady_clock::time_point roundStarted_;
   int exitCode_ = 1;
+  bool killArmed_ = false;  // the round's kill timer is running
+  bool stuck_ = false;      // a process outlived SIGKILL: no restart
   std::string numaError_;  // why --numa_binding could not bind this round
   // The workers' console output, written off the event loop (made in run(), after the
   // orphan guard's fork, since they start threads).

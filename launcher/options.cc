@@ -116,6 +116,14 @@ std::vector<Flag> flagTable() {
       return absl::OkStatus();
     };
   };
+  auto seconds = [](const char* name, double LaunchOptions::*field) {
+    return [name, field](LaunchOptions& o, const std::string& v) -> absl::Status {
+      auto s = toSeconds(name, v);
+      if (!s.ok()) return s.status();
+      o.*field = *s;
+      return absl::OkStatus();
+    };
+  };
   t.push_back({{"--nnodes"}, "PET_NNODES", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
                  const std::string expected = "N or MIN:MAX with 1 <= MIN <= MAX (e.g. 1:4)";
@@ -162,12 +170,7 @@ std::vector<Flag> flagTable() {
                },
                "restarts of the whole group before failing (default 0)"});
   t.push_back({{"--monitor_interval", "--monitor-interval"}, "PET_MONITOR_INTERVAL", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 auto s = toSeconds("--monitor_interval", v);
-                 if (!s.ok()) return s.status();
-                 o.monitorInterval = *s;
-                 return absl::OkStatus();
-               },
+               seconds("--monitor_interval", &LaunchOptions::monitorInterval),
                "accepted for torchrun compatibility; exits are seen at once"});
   t.push_back({{"--start_method", "--start-method"}, "PET_START_METHOD", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
@@ -269,13 +272,12 @@ std::vector<Flag> flagTable() {
                flag(&LaunchOptions::prefixOutput),
                "prefix console lines with the role and local rank ([default0]:)"});
   t.push_back({{"--grace_period", "--grace-period"}, "MUSTER_GRACE_PERIOD", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 auto s = toSeconds("--grace_period", v);
-                 if (!s.ok()) return s.status();
-                 o.gracePeriodS = *s;
-                 return absl::OkStatus();
-               },
+               seconds("--grace_period", &LaunchOptions::gracePeriodS),
                "seconds between SIGTERM and SIGKILL when stopping workers (default 30)"});
+  t.push_back({{"--kill_timeout", "--kill-timeout"}, "MUSTER_KILL_TIMEOUT", true,
+               seconds("--kill_timeout", &LaunchOptions::killTimeoutS),
+               "seconds to wait for workers after SIGKILL; one still there is reported with its "
+               "kernel state and launch exits without it (default 30)"});
   t.push_back({{"--shared_dir", "--shared-dir"}, "MUSTER_SHARED_DIR", true,
                str(&LaunchOptions::sharedDir), "directory every rank can read (MUSTER_SHARED_DIR)"});
   t.push_back({{"--worker_store", "--worker-store"}, "MUSTER_WORKER_STORE", true,
@@ -309,12 +311,7 @@ std::vector<Flag> flagTable() {
                "signals that stop the job, forwarded to every worker (default "
                "SIGTERM,SIGINT,SIGHUP,SIGQUIT); SIGUSR1/2 not listed are forwarded as notices"});
   t.push_back({{"--shutdown_timeout", "--shutdown-timeout"}, "PET_SHUTDOWN_TIMEOUT", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 auto s = toSeconds("--shutdown_timeout", v);
-                 if (!s.ok()) return s.status();
-                 o.gracePeriodS = *s;
-                 return absl::OkStatus();
-               },
+               seconds("--shutdown_timeout", &LaunchOptions::gracePeriodS),
                "seconds between the stop signal and SIGKILL (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; "
                "default 30; as --grace_period)"});
   t.push_back({{"--virtual_local_rank", "--virtual-local-rank"}, "PET_VIRTUAL_LOCAL_RANK", false,

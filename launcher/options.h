@@ -71,6 +71,7 @@ struct LaunchOptions {
   std::string logLinePrefixTemplate;
   // muster's own.
   double gracePeriodS = 30;  // SIGTERM -> SIGKILL (--shutdown_timeout, --grace_period)
+  double killTimeoutS = 30;  // SIGKILL -> giving up on a worker stuck in the kernel
   std::string sharedDir;
   std::string logLevel;
   bool slurm = true;  // --slurm=auto (default) or off

@@ -53,6 +53,7 @@ struct WorkerState {
   std::optional<WorkerExit> exit;
   std::deque<std::string> lastErrLines;  // the last kTailLines lines of stderr
   int openStreams = 0;                   // pipes not yet at EOF
+  bool abandoned = false;                // given up on after SIGKILL (WorkerGroup::abandon)
 };
 
 // Thread-safety: everything runs on the io_context's thread. Lifetime: outlives its workers'
@@ -97,6 +98,11 @@ class WorkerGroup {
   // Records output that could not be written to `file` (a warning the first time).
   void logLost(const std::string& file, int err, size_t bytes);
 
+  // Gives up on what SIGKILL did not end (a process stuck in the kernel, state D): workers not
+  // exited count as killed, output pipes still open are closed, and the group settles. Returns
+  // one line per process still there: rank, pid, command, and its state from /proc.
+  std::vector<std::string> abandon();
+
   // Called when settled() may have become true.
   void onSettled(std::function<void()> callback) { settledCallback_ = std::move(callback); }
 
@@ -110,6 +116,7 @@ class WorkerGroup {
   Reaper& reaper_;
   ExitHandler onExit_;
   std::vector<std::unique_ptr<WorkerState>> workers_;
+  std::vector<std::weak_ptr<Pump>> pumps_;
   std::function<void()> settledCallback_;
   std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
   Consoles consoles_;

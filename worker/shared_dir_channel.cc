@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/contract.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
@@ -156,7 +157,7 @@ absl::StatusOr<std::unique_ptr<SharedDirChannel>> SharedDirChannel::create(
         "pass ChannelOptions::dir)");
   }
   fs::path jobDir = fs::path(options.dir) / (env.jobId.empty() ? env.runId : env.jobId);
-  fs::path roundDir = jobDir / std::to_string(env.restartCount);
+  fs::path roundDir = contract::roundDirectory(options.dir, env.jobId.empty() ? env.runId : env.jobId, env.round);
   std::error_code ec;
   fs::create_directories(roundDir, ec);
   if (ec) {
@@ -169,7 +170,7 @@ absl::StatusOr<std::unique_ptr<SharedDirChannel>> SharedDirChannel::create(
     for (const auto& entry : fs::directory_iterator(jobDir, ec)) {
       std::string name = entry.path().filename().string();
       if (name.find_first_not_of("0123456789") == std::string::npos &&
-          std::stoll(name) < env.restartCount) {
+          std::stoll(name) < env.round) {
         fs::remove_all(entry.path(), ec);
       }
     }

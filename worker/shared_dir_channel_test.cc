@@ -330,7 +330,7 @@ TEST_F(ChannelTest, DeadRoundsAreCleanedWhenANewRoundStarts) {
   fs::create_directories(dir_ / "job" / "0");
   std::ofstream(dir_ / "job" / "0" / ".stale.123.tmp") << "half a file";
   auto e = env(0, 1);
-  e.restartCount = 1;
+  e.round = 1;  // MUSTER_ROUND
   std::shared_ptr<rendezvous::Store> local = std::make_shared<rendezvous::LocalStore>(memory_, "job/1");
   auto c = SharedDirChannel::create(e, c10::make_intrusive<C10dStore>(local), {});
   ASSERT_TRUE(c.ok());

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "common/contract.h"
+
 extern char** environ;
 
 namespace muster::worker {
@@ -40,7 +42,7 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   if (!any) {
     w.standalone = true;
     w.jobId = "standalone";
-    if (auto it = env.find("MUSTER_SHARED_DIR"); it != env.end()) w.sharedDir = it->second;
+    if (auto it = env.find(contract::kSharedDir); it != env.end()) w.sharedDir = it->second;
     return w;
   }
   auto get = [&](const char* name, int min, int& out) -> absl::Status {
@@ -63,6 +65,9 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   if (auto s = optional("GROUP_RANK", 0, w.groupRank); !s.ok()) return s;
   if (auto s = optional("GROUP_WORLD_SIZE", 1, w.groupWorldSize); !s.ok()) return s;
   if (auto s = optional("TORCHELASTIC_RESTART_COUNT", 0, w.restartCount); !s.ok()) return s;
+  // The round: launch's; under another launcher (torchrun) the restart count stands in.
+  w.round = w.restartCount;
+  if (auto s = optional(contract::kRound, 0, w.round); !s.ok()) return s;
   if (w.rank >= w.worldSize) {
     return absl::InvalidArgumentError(
         fmt::format("RANK={} is out of range for WORLD_SIZE={}", w.rank, w.worldSize));
@@ -84,7 +89,7 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   };
   str("TORCHELASTIC_RUN_ID", w.runId);
   w.jobId = w.runId;
-  str("MUSTER_JOB_ID", w.jobId);
+  str(contract::kJobId, w.jobId);
   str("MASTER_ADDR", w.masterAddr);
   if (env.count("MASTER_PORT")) {
     auto port = number(env, "MASTER_PORT", 1);
@@ -97,10 +102,10 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   if (auto it = env.find("TORCHELASTIC_USE_AGENT_STORE"); it != env.end()) {
     w.useAgentStore = it->second == "True" || it->second == "true" || it->second == "1";
   }
-  str("MUSTER_STORE_ADDR", w.storeAddr);
-  str("MUSTER_STORE_NAMESPACE", w.storeNamespace);
-  str("MUSTER_STORE_TOKEN_FILE", w.tokenFile);
-  str("MUSTER_SHARED_DIR", w.sharedDir);
+  str(contract::kStoreAddr, w.storeAddr);
+  str(contract::kStoreNamespace, w.storeNamespace);
+  str(contract::kStoreTokenFile, w.tokenFile);
+  str(contract::kSharedDir, w.sharedDir);
   if (w.storeAddr.empty() && (w.masterAddr.empty() || w.masterPort == 0) && w.worldSize > 1) {
     return absl::InvalidArgumentError(
         "neither MUSTER_STORE_ADDR nor MASTER_ADDR/MASTER_PORT is set: the ranks have no store "

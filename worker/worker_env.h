@@ -16,6 +16,7 @@ struct WorkerEnv {
   int groupRank = 0;
   int groupWorldSize = 1;
   int restartCount = 0;
+  int round = 0;  // MUSTER_ROUND (TORCHELASTIC_RESTART_COUNT when not set): keys the channel's files
   std::string runId = "none";
   std::string jobId;  // MUSTER_JOB_ID: unique per job even when the run id is "none" 
   std::string masterAddr;  // the workers' own TCPStore (rank 0 hosts it), as torchrun sets

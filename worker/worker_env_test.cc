@@ -25,6 +25,17 @@ std::string error(const Env& env) {
   return std::string(w.status().message());
 }
 
+TEST(WorkerEnv, TheRoundIsMusterRoundNotTheRestartCount) {
+  auto env = launched();
+  env["MUSTER_ROUND"] = "5";  // an elastic join: round 5 after 2 restarts
+  auto w = WorkerEnv::fromEnvironment(env);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->round, 5);
+  EXPECT_EQ(w->restartCount, 2);
+  env["MUSTER_ROUND"] = "x";
+  EXPECT_NE(error(env).find("MUSTER_ROUND"), std::string::npos);
+}
+
 TEST(WorkerEnv, ReadsEverythingLaunchSets) {
   auto w = WorkerEnv::fromEnvironment(launched());
   ASSERT_TRUE(w.ok()) << w.status();
@@ -43,6 +54,7 @@ TEST(WorkerEnv, ReadsEverythingLaunchSets) {
   EXPECT_EQ(w->sharedDir, "/nfs/j");
   EXPECT_FALSE(w->standalone);
   EXPECT_EQ(w->describe(), "rank 3/8 (local 1/2, node 1/4)");
+  EXPECT_EQ(w->round, 2) << "without MUSTER_ROUND (another launcher) the restart count stands in";
 }
 
 TEST(WorkerEnv, NoVariablesIsAWorldOfOne) {

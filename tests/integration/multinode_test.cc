@@ -342,14 +342,6 @@ TEST_F(MultiNode, ScaleUpFromTwoToThreeWithoutUsingARestart) {
   EXPECT_NE(a->stderrText().find("not counted as a restart"), std::string::npos) << a->stderrText();
 }
 
-}  // namespace
-}  // namespace muster
-
-namespace muster {
-namespace {
-
-// Two hosts in network namespaces, joined through a bridge that lives in a namespace of its
-// own; 10.x addresses exist only inside them. Needs root and iproute2.
 // A report to a rendezvous that does not answer (node 0's launch stopped) once blocked the
 // event loop for its 10 s deadline: SIGTERM is acted on at once, and launch waits only a
 // moment for the report before it exits.
@@ -371,6 +363,36 @@ TEST_F(MultiNode, SigtermIsActedOnAtOnceWhenTheRendezvousDoesNotAnswer) {
   EXPECT_LT(took, milliseconds(7000)) << b->stderrText();
 }
 
+// After a restart and then an elastic join, the nodes' restart counts differ (1, 1 and 0 for
+// the newcomer) in round 2: the workers' channel directory is keyed by the rendezvous round
+// (MUSTER_ROUND), as launch's own, so the channel works (it once said "not shared").
+TEST_F(MultiNode, TheChannelWorksAfterARestartAndAnElasticJoin) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(port_);
+  std::string w = script("r=${MUSTER_STORE_NAMESPACE##*/}\n"
+                         "[ \"$r\" = 0 ] && { [ \"$RANK\" = 0 ] && exit 1; sleep 60 & wait; exit 0; }\n"
+                         "[ \"$r\" = 1 ] && { echo up > " + (dir_ / "up_").string() + "$RANK; sleep 60 & wait; exit 0; }\n"
+                         "exec " + buildDir() + "/worker/worker --timeout=60\n");
+  auto flags = [&](const std::string& host) { return elasticFlags("2:3", 1, endpoint, ",is_host=" + host); };
+  auto a = node(flags("true"), w);
+  auto b = node(flags("false"), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1")) << a->stderrText() << b->stderrText();
+  auto c = node(flags("false"), w);
+  EXPECT_EQ(a->wait(kRun)->code, 0) << a->stdoutText() << a->stderrText();
+  EXPECT_EQ(b->wait(kRun)->code, 0) << b->stdoutText() << b->stderrText();
+  EXPECT_EQ(c->wait(kRun)->code, 0) << c->stdoutText() << c->stderrText();
+  std::string out = a->stdoutText() + b->stdoutText() + c->stdoutText();
+  EXPECT_NE(out.find("self-check passed: 3 rank(s), gloo"), std::string::npos) << out;
+  EXPECT_EQ(out.find("not shared"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace muster
+
+namespace muster {
+namespace {
+
+// Two hosts in network namespaces, joined through a bridge that lives in a namespace of its
+// own; 10.x addresses exist only inside them. Needs root and iproute2.
 class NetnsHosts : public MultiNode {
  protected:
   void SetUp() override {
