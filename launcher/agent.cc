@@ -142,6 +142,7 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       signals_(io_),
       graceTimer_(io_),
       killTimer_(io_),
+      joinRetryTimer_(io_),
       reportTimer_(io_) {}
 
 Agent::~Agent() { stopProbe(); }
@@ -295,30 +296,7 @@ absl::Status Agent::prepareMultiNode() {
     }
     host = options_.rdzvHost;
     port = options_.rdzvPort;
-    auto isHost = options_.rdzvConf.find("is_host");
-    hostsStore_ = isHost != options_.rdzvConf.end() ? (isHost->second == "1" || isHost->second == "true" ||
-                                                       isHost->second == "True")
-                                                    : port == 0 || isLocalHost(host);
-  }
-  auto seconds = [&](const char* key, Millis& out) -> absl::Status {
-    auto it = options_.rdzvConf.find(key);
-    if (it == options_.rdzvConf.end()) return absl::OkStatus();
-    try {
-      out = Millis(static_cast<int64_t>(std::stod(it->second) * 1000));
-      if (out.count() <= 0) throw std::invalid_argument("");
-    } catch (...) {
-      return absl::InvalidArgumentError(fmt::format("--rdzv_conf {}={} is invalid; expected seconds > 0", key, it->second));
-    }
-    return absl::OkStatus();
-  };
-  if (auto s = seconds("join_timeout", joinTimeout_); !s.ok()) return s;
-  if (auto s = seconds("last_call_timeout", lastCall_); !s.ok()) return s;
-  if (auto s = seconds("keep_alive_interval", keepAliveInterval_); !s.ok()) return s;
-  if (auto it = options_.rdzvConf.find("keep_alive_max_attempt"); it != options_.rdzvConf.end()) {
-    keepAliveMaxAttempt_ = std::atoi(it->second.c_str());
-    if (keepAliveMaxAttempt_ < 1) {
-      return absl::InvalidArgumentError(fmt::format("--rdzv_conf keep_alive_max_attempt={} is invalid", it->second));
-    }
+    hostsStore_ = options_.rdzvConf.isHost.value_or(port == 0 || isLocalHost(host));
   }
   endpoint_ = rendezvous::joinHostPort(host, port);
   if (hostsStore_) {
@@ -362,17 +340,36 @@ void Agent::startJoin() {
   node->set_master_port(options_.agentStore ? workerPort_ : freePort());
   req.set_min_nodes(options_.minNodes);
   req.set_max_nodes(options_.maxNodes);
-  req.set_last_call_ms(static_cast<uint64_t>(lastCall_.count()));
-  req.set_join_timeout_ms(static_cast<uint64_t>(joinTimeout_.count()));
-  req.set_keep_alive_ms(static_cast<uint64_t>(keepAliveInterval_.count() * keepAliveMaxAttempt_));
+  req.set_last_call_ms(static_cast<uint64_t>(options_.rdzvConf.lastCall.count()));
+  req.set_join_timeout_ms(static_cast<uint64_t>(options_.rdzvConf.joinTimeout.count()));
+  req.set_keep_alive_ms(static_cast<uint64_t>(options_.rdzvConf.keepAliveInterval.count() * options_.rdzvConf.keepAliveMaxAttempt));
   joinStarted_ = std::chrono::steady_clock::now();
-  rdzv_->join(req, deadlineAfter(joinTimeout_ + Millis(5000)), [this](absl::StatusOr<muster::v1::Assignment> result) {
+  joinRequest_ = req;
+  joinDeadline_ = deadlineAfter(options_.rdzvConf.joinTimeout + Millis(5000));
+  joinBackoff_ = Millis(50);
+  sendJoin();
+}
+
+void Agent::sendJoin() {
+  rdzv_->join(joinRequest_, joinDeadline_, [this](absl::StatusOr<muster::v1::Assignment> result) {
     asio::post(io_, [this, result = std::move(result)] { onJoined(result); });
   });
 }
 
 void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
+  if (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
+      Clock::now() + joinBackoff_ < joinDeadline_) {
+    // The connection broke under the call (a rendezvousd that was just restarted, the old
+    // connection not yet seen closed): the service never had it; ask again, backing off.
+    logger()->debug("join: {}; asking again in {} ms", std::string(result.status().message()), joinBackoff_.count());
+    joinRetryTimer_.expires_after(joinBackoff_);
+    joinBackoff_ = std::min(joinBackoff_ * 2, Millis(1000));
+    joinRetryTimer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && stopping_ != Stopping::kDone) sendJoin();
+    });
+    return;
+  }
   if (!result.ok()) {
     std::fprintf(stderr, "launch: rendezvous at %s failed: %s\n", endpoint_.c_str(),
                  std::string(result.status().message()).c_str());
@@ -408,7 +405,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
                  groupRank_, groupWorldSize_, rankOffset_, rankOffset_ + options_.localWorldSize - 1, worldSize_,
                  rendezvous::joinHostPort(masterAddr_, masterPort_));
   // Watch before the workers start, so that losing this node is seen through its watch at once.
-  rdzv_->watch(runId_, nodeId_, round_, keepAliveInterval_, keepAliveInterval_ * keepAliveMaxAttempt_,
+  rdzv_->watch(runId_, nodeId_, round_, options_.rdzvConf.keepAliveInterval, options_.rdzvConf.keepAliveInterval * options_.rdzvConf.keepAliveMaxAttempt,
                [this](const muster::v1::RoundEvent& e) { asio::post(io_, [this, e] { onRemoteEvent(e); }); },
                [this](const std::string& why) { asio::post(io_, [this, why] { onRemoteError(why); }); });
   if (options_.sharedDir.empty()) {
@@ -423,7 +420,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
                        .nodeHost = nodeHost_,
                        .groupRank = groupRank_,
                        .groupWorldSize = groupWorldSize_,
-                       .timeout = joinTimeout_};
+                       .timeout = options_.rdzvConf.joinTimeout};
   stopProbe();
   probeCancelled_ = false;
   probeThread_ = std::thread([this, probe] {
@@ -693,7 +690,7 @@ absl::Status Agent::startRound() {
   for (const auto& w : group_->workers()) pids += (pids.empty() ? "" : ",") + std::to_string(w->pid);
   emitWorkerEvents();
   logger()->info("round {}: started {} workers of world size {} (pids {}); run {}, logs in {}",
-                 restartCount_, group_->workers().size(), worldSize_, pids, runId_, runDir_);
+                 round_, group_->workers().size(), worldSize_, pids, runId_, runDir_);
   return absl::OkStatus();
 }
 
@@ -818,7 +815,7 @@ void Agent::onRoundSettled() {
       // timeout.
       ++restartCount_;
       logger()->warn("{}; re-joining it as a new round ({} of {} restarts; waiting up to {} s)",
-                     remoteWhy_, restartCount_, options_.maxRestarts, joinTimeout_.count() / 1000);
+                     remoteWhy_, restartCount_, options_.maxRestarts, options_.rdzvConf.joinTimeout.count() / 1000);
       stopping_ = Stopping::kNo;
       startJoin();
       return;
@@ -1088,6 +1085,7 @@ void Agent::finish(int code) {
   signals_.cancel();
   graceTimer_.cancel();
   killTimer_.cancel();
+  joinRetryTimer_.cancel();
   if (pendingReports_ == 0) {
     io_.stop();
     return;

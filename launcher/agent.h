@@ -55,6 +55,7 @@ class Agent {
   absl::Status startRound();
   // Multi-node: joins the next round on a thread; onJoined continues on the loop.
   void startJoin();
+  void sendJoin();
   void onJoined(absl::StatusOr<muster::v1::Assignment> result);
   void onRemoteEvent(const muster::v1::RoundEvent& event);
   void onRemoteError(const std::string& why);
@@ -106,6 +107,7 @@ class Agent {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer graceTimer_;
   boost::asio::steady_timer killTimer_;
+  boost::asio::steady_timer joinRetryTimer_;
   boost::asio::steady_timer reportTimer_;
   Reaper reaper_;
   std::unique_ptr<rendezvous::StoreServer> store_;
@@ -142,12 +144,11 @@ class Agent {
   std::thread probeThread_;
   std::atomic<bool> probeCancelled_{false};
   int pendingReports_ = 0;
+  muster::v1::JoinRequest joinRequest_;
+  Deadline joinDeadline_;
+  Millis joinBackoff_{50};
   uint64_t round_ = 0;  // the store namespace's round: the restart count, or the service's round
   int rankOffset_ = 0;
-  Millis keepAliveInterval_{5000};
-  int keepAliveMaxAttempt_ = 3;
-  Millis joinTimeout_{600000};
-  Millis lastCall_{30000};
   bool localDone_ = false;
   bool standaloneService_ = false;
   bool failureAnnounced_ = false;  // "the job failed: ..." is printed  // the rendezvous is a rendezvousd (it may restart)

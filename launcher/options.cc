@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "launcher/slurm.h"
 
@@ -102,6 +103,39 @@ bool signalNumber(const std::string& abbrev, int& sig) {
   return false;
 }
 
+// --rdzv_conf's value into its typed form: one clear line for a malformed pair or value.
+absl::Status parseRdzvConf(const std::string& v, LaunchOptions::RdzvConf& conf) {
+  conf = LaunchOptions::RdzvConf{};
+  if (v.empty()) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(v, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) return bad("--rdzv_conf", v, "KEY=VALUE pairs separated by commas");
+    const std::string &key = kv[0], &value = kv[1];
+    conf.given[key] = value;
+    auto wrong = [&](const char* expected) {
+      return absl::InvalidArgumentError(
+          fmt::format("--rdzv_conf {}={} is invalid; expected {}", key, value, expected));
+    };
+    double secs = 0;
+    if (key == "join_timeout" || key == "last_call_timeout" || key == "keep_alive_interval") {
+      if (!absl::SimpleAtod(value, &secs) || !std::isfinite(secs) || secs <= 0 || secs > 1e9) {
+        return wrong("seconds > 0");
+      }
+      Millis ms(std::max<int64_t>(1, static_cast<int64_t>(secs * 1000)));
+      (key == "join_timeout" ? conf.joinTimeout : key == "last_call_timeout" ? conf.lastCall : conf.keepAliveInterval) = ms;
+    } else if (key == "keep_alive_max_attempt") {
+      if (!absl::SimpleAtoi(value, &conf.keepAliveMaxAttempt) || conf.keepAliveMaxAttempt < 1) {
+        return wrong("a whole number >= 1");
+      }
+    } else if (key == "is_host") {
+      bool host = false;
+      if (!absl::SimpleAtob(value, &host)) return wrong("true or false (1, 0, yes, no)");
+      conf.isHost = host;
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<Flag> flagTable() {
   std::vector<Flag> t;
   auto str = [](std::string LaunchOptions::*field) {
@@ -146,18 +180,7 @@ std::vector<Flag> flagTable() {
   t.push_back({{"--rdzv_id", "--rdzv-id"}, "PET_RDZV_ID", true, str(&LaunchOptions::rdzvId),
                "job id (default none)"});
   t.push_back({{"--rdzv_conf", "--rdzv-conf"}, "PET_RDZV_CONF", true,
-               [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 o.rdzvConf.clear();
-                 if (v.empty()) return absl::OkStatus();
-                 for (absl::string_view part : absl::StrSplit(v, ',')) {
-                   std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-                   if (kv.size() != 2 || kv[0].empty()) {
-                     return bad("--rdzv_conf", v, "KEY=VALUE pairs separated by commas");
-                   }
-                   o.rdzvConf[kv[0]] = kv[1];
-                 }
-                 return absl::OkStatus();
-               },
+               [](LaunchOptions& o, const std::string& v) { return parseRdzvConf(v, o.rdzvConf); },
                "KEY=VALUE,... (join_timeout, last_call_timeout, ...)"});
   t.push_back({{"--standalone"}, "PET_STANDALONE", false, flag(&LaunchOptions::standalone),
                "single node with its own rendezvous (as torchrun)"});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/deadline.h"
 
 namespace muster::launcher {
 
@@ -31,7 +32,16 @@ struct LaunchOptions {
   std::string rdzvHost;  // rdzvEndpoint parsed: "[::1]:29400" gives "::1" and 29400; a
   int rdzvPort = 29400;  // missing port is 29400 (torchrun's default); 0 hosts on a free port
   std::string rdzvId = "none";
-  std::map<std::string, std::string> rdzvConf;
+  // --rdzv_conf KEY=VALUE,...: torchrun's keys, checked at parse time; others are kept (and
+  // ignored) as torchrun's backends ignore what they do not know.
+  struct RdzvConf {
+    Millis joinTimeout{600000};        // join_timeout (seconds)
+    Millis lastCall{30000};            // last_call_timeout
+    Millis keepAliveInterval{5000};    // keep_alive_interval
+    int keepAliveMaxAttempt = 3;       // keep_alive_max_attempt
+    std::optional<bool> isHost;        // is_host: whether this node hosts the rendezvous
+    std::map<std::string, std::string> given;  // every pair as given
+  } rdzvConf;
   bool standalone = false;
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;

@@ -108,8 +108,28 @@ TEST(LaunchOptions, StandaloneAndElasticSettings) {
                   "--rdzv_conf=join_timeout=5,last_call_timeout=1", "p"});
   EXPECT_EQ(e.minNodes, 2);
   EXPECT_EQ(e.maxNodes, 4);
-  EXPECT_EQ(e.rdzvConf.at("join_timeout"), "5");
-  EXPECT_EQ(e.rdzvConf.at("last_call_timeout"), "1");
+  EXPECT_EQ(e.rdzvConf.joinTimeout, muster::Millis(5000));
+  EXPECT_EQ(e.rdzvConf.lastCall, muster::Millis(1000));
+  EXPECT_EQ(e.rdzvConf.given.at("join_timeout"), "5");
+}
+
+// --rdzv_conf is typed at parse time: a bad value is one line before anything starts (it was
+// found only when the rendezvous began, and keep_alive_max_attempt went through atoi).
+TEST(LaunchOptions, RdzvConfValuesAreCheckedAtParseTime) {
+  auto o = parse({"--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=4,is_host=yes,custom=x", "p"});
+  EXPECT_EQ(o.rdzvConf.keepAliveInterval, muster::Millis(500));
+  EXPECT_EQ(o.rdzvConf.keepAliveMaxAttempt, 4);
+  EXPECT_EQ(o.rdzvConf.isHost, true);
+  EXPECT_EQ(o.rdzvConf.given.at("custom"), "x");
+  EXPECT_FALSE(parse({"p"}).rdzvConf.isHost.has_value());
+  EXPECT_NE(error({"--rdzv_conf=join_timeout=x", "p"}).find("--rdzv_conf join_timeout=x is invalid; expected seconds > 0"),
+            std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=last_call_timeout=-1", "p"}).find("last_call_timeout=-1 is invalid"), std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=keep_alive_max_attempt=2x", "p"}).find("keep_alive_max_attempt=2x is invalid"),
+            std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=is_host=maybe", "p"}).find("is_host=maybe is invalid"), std::string::npos);
+  EXPECT_NE(error({"p"}, {{"PET_RDZV_CONF", "join_timeout=inf"}}).find("join_timeout=inf is invalid"),
+            std::string::npos);
 }
 
 // Flags of current torchrun (torch/distributed/run.py on PyTorch's main branch).

@@ -168,7 +168,7 @@ void WorkerGroup::logLost(const std::string& file, int err, size_t bytes) {
 
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
-    if (w->pid > 0) {
+    if (w->pid > 0 && !w->groupDone) {
       kill(-w->pid, SIGKILL);
       // Never wait here: a worker stuck in the kernel (state D) would hold launch. One that
       // exits later is reaped as an orphan (Agent::reapOrphans), or by init after launch.
@@ -387,9 +387,13 @@ std::vector<std::string> WorkerGroup::abandon() {
 
 void WorkerGroup::signalAll(int sig) {
   for (auto& w : workers_) {
-    if (w->pid <= 0) continue;
+    if (w->pid <= 0 || w->groupDone) continue;
     // The group may outlive its leader (a worker's own children).
     if (kill(-w->pid, sig) != 0 && !w->exit) kill(w->pid, sig);
+    if (sig == SIGKILL && w->exit && !w->abandoned) {
+      w->groupDone = true;
+      reaper_.forget(w->pid);
+    }
   }
 }
 

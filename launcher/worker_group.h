@@ -54,6 +54,9 @@ struct WorkerState {
   std::deque<std::string> lastErrLines;  // the last kTailLines lines of stderr
   int openStreams = 0;                   // pipes not yet at EOF
   bool abandoned = false;                // given up on after SIGKILL (WorkerGroup::abandon)
+  // The group got SIGKILL after its leader was reaped: nothing of it can be left, and its id
+  // may now be reused by an unrelated process group, so it is never signalled again.
+  bool groupDone = false;
 };
 
 // Thread-safety: everything runs on the io_context's thread. Lifetime: outlives its workers'

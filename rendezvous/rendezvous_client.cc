@@ -193,12 +193,24 @@ RendezvousClient::RendezvousClient(const std::string& target, const std::string&
 RendezvousClient::~RendezvousClient() {
   stopWatch();
   cancel();
+  // Every callback has returned and every context is gone (gRPC destroys a callback's captures
+  // on its own thread, after the callback): a context holds the channel, and the last channel
+  // released on a gRPC thread shuts gRPC's callback queue down under that thread (an abort in
+  // grpc_cq_internal_unref, seen at launch's exit).
   std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [&] { return inflight_ == 0; });
+  idle_.wait(lock, [&] { return inflight_ == 0 && contexts_ == 0; });
 }
 
-std::shared_ptr<grpc::ClientContext> RendezvousClient::context(Deadline deadline) const {
-  auto context = std::make_shared<grpc::ClientContext>();
+std::shared_ptr<grpc::ClientContext> RendezvousClient::context(Deadline deadline) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++contexts_;
+  }
+  std::shared_ptr<grpc::ClientContext> context(new grpc::ClientContext(), [this](grpc::ClientContext* c) {
+    delete c;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--contexts_ == 0) idle_.notify_all();
+  });
   if (!token_.empty()) context->AddMetadata(kTokenMetadataKey, token_);
   context->set_deadline(toSystem(deadline));
   return context;

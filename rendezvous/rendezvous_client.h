@@ -66,7 +66,8 @@ class RendezvousClient {
   void end(const std::shared_ptr<grpc::ClientContext>& context);
   void started();
   void ended();
-  std::shared_ptr<grpc::ClientContext> context(Deadline deadline) const;
+  // A context for a call; counted until it is destroyed (see the destructor).
+  std::shared_ptr<grpc::ClientContext> context(Deadline deadline);
 
   std::string target_, token_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -75,6 +76,7 @@ class RendezvousClient {
   std::condition_variable idle_;
   std::set<std::shared_ptr<grpc::ClientContext>> calls_;  // unary calls in flight (to cancel)
   int inflight_ = 0;                      // callbacks still to come, of every kind
+  int contexts_ = 0;                      // contexts not yet destroyed
   std::shared_ptr<Watch> watch_;
 };
 

@@ -274,7 +274,7 @@ TEST_F(MultiNode, AgentsRejoinARestartedRendezvousd) {
       buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", std::to_string(port)});
   ASSERT_TRUE(daemon->waitForLine(R"(listening on)", kRun).has_value());
   auto ea = a->wait(kRun), eb = b->wait(kRun);
-  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  ASSERT_TRUE(ea.has_value() && eb.has_value()) << a->stderrText() << b->stderrText();
   EXPECT_EQ(ea->code, 0) << a->stderrText();
   EXPECT_EQ(eb->code, 0) << b->stderrText();
   EXPECT_NE(a->stderrText().find("re-joining it as a new round (1 of 2 restarts"), std::string::npos)
