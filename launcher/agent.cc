@@ -16,7 +16,6 @@
 #include <fstream>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -31,6 +30,7 @@
 #include "launcher/console.h"
 #include "launcher/events.h"
 #include "launcher/numa.h"
+#include "launcher/processes.h"
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
 
@@ -927,22 +927,9 @@ void Agent::killLeftovers() {
   // launch as their subreaper, and go with the round.
   std::map<pid_t, pid_t> parent;
   std::set<pid_t> zombies;  // kept for the walk (a dead shell between launch and a daemon)
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = readFile((entry.path() / "stat").string(), "process status");
-    if (!stat.ok()) continue;  // gone meanwhile
-    const std::string& text = *stat;
-    auto close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    pid_t pid = std::stoi(name);
-    parent[pid] = ppid;
-    if (state == 'Z') zombies.insert(pid);
+  for (const auto& p : listProcesses()) {
+    parent[p.pid] = p.ppid;
+    if (p.state == 'Z') zombies.insert(p.pid);
   }
   pid_t self = getpid(), guard = reaper_.pid();
   std::vector<pid_t> leftovers;

@@ -9,19 +9,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <cstring>
 #include <string_view>
 
 #include <fmt/format.h>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "common/log.h"
 #include "launcher/console.h"
+#include "launcher/processes.h"
 #include "launcher/spawn.h"
 
 namespace muster::launcher {
@@ -322,53 +318,16 @@ void WorkerGroup::reap() {
   maybeSettled();
 }
 
-namespace {
-
-// "D (disk sleep), in request_wait_answer": the State line of /proc/PID/status and where in
-// the kernel it waits.
-std::string processState(pid_t pid) {
-  std::string state = "gone";
-  std::ifstream status(fmt::format("/proc/{}/status", pid));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("State:", 0) == 0) state = std::string(absl::StripAsciiWhitespace(line.substr(6)));
-  }
-  std::ifstream wchan(fmt::format("/proc/{}/wchan", pid));
-  std::string where;
-  if (wchan >> where && where != "0") state += ", in " + where;
-  return state;
-}
-
-// The processes of process group `pgid` (from /proc/PID/stat), with their command names.
-std::vector<std::pair<pid_t, std::string>> groupMembers(pid_t pgid) {
-  std::vector<std::pair<pid_t, std::string>> members;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    pid_t pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0, group = 0;
-    rest >> state >> ppid >> group;
-    if (group == pgid && state != 'Z') members.emplace_back(pid, text.substr(open + 1, close - open - 1));
-  }
-  return members;
-}
-
-}  // namespace
-
 std::vector<std::string> WorkerGroup::abandon() {
   std::vector<std::string> lines;
   for (auto& w : workers_) {
     if (w->pid <= 0) continue;
-    for (const auto& [pid, command] : groupMembers(w->pid)) {
+    for (const auto& p : listProcesses()) {
+      if (p.pgid != w->pid || p.state == 'Z') continue;
       lines.push_back(fmt::format("rank {} (local_rank {}): {} {} ({}) is still there after SIGKILL: {}",
                                   w->spec.globalRank, w->spec.localRank,
-                                  pid == w->pid ? "its process" : "a process of its group, pid", pid, command,
-                                  processState(pid)));
+                                  p.pid == w->pid ? "its process" : "a process of its group, pid", p.pid, p.command,
+                                  processState(p.pid)));
     }
     if (!w->exit) {
       w->exit = WorkerExit{.code = -1, .signal = SIGKILL, .at = std::chrono::steady_clock::now()};

@@ -1,0 +1,48 @@
+// listProcesses / processState: parsing /proc/PID/stat and /proc/PID/status.
+#include "launcher/processes.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "common/files.h"
+
+namespace muster::launcher {
+
+std::vector<ProcessInfo> listProcesses() {
+  std::vector<ProcessInfo> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    ProcessInfo p;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &p.pid)) continue;
+    auto stat = readFile((entry.path() / "stat").string(), "process status");
+    if (!stat.ok()) continue;  // gone meanwhile
+    const std::string& text = *stat;
+    // The command may hold spaces and parentheses: it ends at the last ')'.
+    auto open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 2 > text.size()) continue;
+    p.command = text.substr(open + 1, close - open - 1);
+    std::istringstream rest(text.substr(close + 2));
+    rest >> p.state >> p.ppid >> p.pgid;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string processState(pid_t pid) {
+  std::string state = "gone";
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("State:", 0) == 0) state = std::string(absl::StripAsciiWhitespace(line.substr(6)));
+  }
+  std::ifstream wchan(fmt::format("/proc/{}/wchan", pid));
+  std::string where;
+  if (wchan >> where && where != "0") state += ", in " + where;
+  return state;
+}
+
+}  // namespace muster::launcher

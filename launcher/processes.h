@@ -1,0 +1,25 @@
+// The machine's processes as /proc shows them: for finding what the workers left behind and
+// saying where a process is stuck.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace muster::launcher {
+
+struct ProcessInfo {
+  pid_t pid = 0, ppid = 0, pgid = 0;
+  char state = 0;       // R, S, D, Z, ... (/proc/PID/stat)
+  std::string command;  // the name in parentheses
+};
+
+// Every process now in /proc (one that vanishes meanwhile is left out).
+std::vector<ProcessInfo> listProcesses();
+
+// "D (disk sleep), in request_wait_answer": the State line of /proc/PID/status and where in
+// the kernel it waits; "gone" when it is.
+std::string processState(pid_t pid);
+
+}  // namespace muster::launcher
