@@ -39,12 +39,15 @@ bool moveTo(int from, int to) {
   return dup2(from, to) == to;
 }
 
+// Tells the parent why exec did not happen, and ends the child.
+[[noreturn]] void failChild(int report, int e) {
+  (void)!write(report, &e, sizeof(e));
+  _exit(127);
+}
+
 [[noreturn]] void child(const SpawnRequest& r, char* const* argv, char* const* envp, int in, int out,
                         int err, int report, pid_t parent) {
-  auto fail = [&](int e) {
-    (void)!write(report, &e, sizeof(e));
-    _exit(127);
-  };
+  auto fail = [report](int e) { failChild(report, e); };
   // Every disposition to the default, through the kernel's call: glibc's sigaction refuses
   // its own signals (32, 33), and an ignored one is inherited across exec.
   struct {
@@ -78,7 +81,7 @@ bool moveTo(int from, int to) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   execve(r.path.c_str(), argv, envp);
-  fail(errno);
+  failChild(report, errno);
 }
 
 }  // namespace

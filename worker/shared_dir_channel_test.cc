@@ -141,12 +141,18 @@ TEST_F(ChannelTest, BytesAndStringsInEveryOperation) {
   std::string binary("a\0b\xff", 4);
   ranks(3, [&](int rank, SharedDirChannel& c) {
     std::string mine = "decoded sentence from rank " + std::to_string(rank);
-    if (rank == 0) ASSERT_TRUE(c.sendBytes(binary, 2).ok());
-    if (rank == 2) EXPECT_EQ(c.recvBytes(0).value(), binary);
+    if (rank == 0) {
+      ASSERT_TRUE(c.sendBytes(binary, 2).ok());
+    }
+    if (rank == 2) {
+      EXPECT_EQ(c.recvBytes(0).value(), binary);
+    }
     EXPECT_EQ(c.broadcastBytes(rank == 0 ? "vocab" : "", 0).value(), "vocab");
     auto g = c.gatherBytes(mine, 0);
     ASSERT_TRUE(g.ok());
-    if (rank == 0) EXPECT_EQ((*g)[2], "decoded sentence from rank 2");
+    if (rank == 0) {
+      EXPECT_EQ((*g)[2], "decoded sentence from rank 2");
+    }
     auto all = c.allGatherBytes(mine);
     ASSERT_TRUE(all.ok());
     EXPECT_EQ((*all)[1], "decoded sentence from rank 1");
@@ -171,7 +177,7 @@ TEST_F(ChannelTest, ManyTransfersInFlightDoNotMix) {
 }
 
 // One rank sends to itself; `spoil` damages the file before the receive.
-absl::Status spoiledReceive(ChannelTest* t, SharedDirChannel& c,
+absl::Status spoiledReceive(SharedDirChannel& c,
                             const std::function<void(const fs::path&)>& spoil) {
   EXPECT_TRUE(c.send(torch::arange(1000, torch::kFloat32), 0).ok());
   spoil(c.roundDir() + std::string("/p2p.0.0.0.") + "0.mt");
@@ -180,7 +186,7 @@ absl::Status spoiledReceive(ChannelTest* t, SharedDirChannel& c,
 
 TEST_F(ChannelTest, CorruptedFileIsRefusedNamingFileAndRank) {
   auto c = open(0, 1);
-  auto s = spoiledReceive(this, *c, [](const fs::path& p) {
+  auto s = spoiledReceive(*c, [](const fs::path& p) {
     std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(500);
     f.put('\x42');
@@ -214,7 +220,7 @@ TEST_F(ChannelTest, HeaderIsCheckedCompletely) {
   {
     auto c = open(0, 1);
     // A flipped shape byte: the header's own checksum catches it.
-    auto s = spoiledReceive(this, *c, [](const fs::path& p) {
+    auto s = spoiledReceive(*c, [](const fs::path& p) {
       std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
       f.seekp(65);
       f.put('\x7f');
@@ -224,12 +230,12 @@ TEST_F(ChannelTest, HeaderIsCheckedCompletely) {
   }
   {
     auto c = open(0, 1);
-    auto s = spoiledReceive(this, *c, [](const fs::path& p) { forgeFirstDimension(p, -1000); });
+    auto s = spoiledReceive(*c, [](const fs::path& p) { forgeFirstDimension(p, -1000); });
     EXPECT_NE(s.message().find("negative dimension (-1000)"), std::string::npos) << s;
   }
   {
     auto c = open(0, 1);
-    auto s = spoiledReceive(this, *c, [](const fs::path& p) { forgeFirstDimension(p, int64_t{1} << 62); });
+    auto s = spoiledReceive(*c, [](const fs::path& p) { forgeFirstDimension(p, int64_t{1} << 62); });
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(s.message().find("do not add up"), std::string::npos) << s;
   }
@@ -251,7 +257,7 @@ TEST_F(ChannelTest, ReceivedTensorsAreWritableAndPrivate) {
 
 TEST_F(ChannelTest, TruncatedFileIsRefused) {
   auto c = open(0, 1);
-  auto s = spoiledReceive(this, *c, [](const fs::path& p) { fs::resize_file(p, 1000); });
+  auto s = spoiledReceive(*c, [](const fs::path& p) { fs::resize_file(p, 1000); });
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
   auto c2 = open(0, 1);
@@ -263,14 +269,14 @@ TEST_F(ChannelTest, ForeignFileWithTheSameNameIsRefused) {
   // A valid channel file from another transfer, put in place of the announced one.
   ASSERT_TRUE(c->send(torch::arange(1000, torch::kFloat32), 0, 99).ok());
   fs::path other = c->roundDir() + std::string("/p2p.0.0.99.0.mt");
-  auto s = spoiledReceive(this, *c, [&](const fs::path& p) { fs::rename(other, p); });
+  auto s = spoiledReceive(*c, [&](const fs::path& p) { fs::rename(other, p); });
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("foreign"), std::string::npos) << s;
 }
 
 TEST_F(ChannelTest, NonChannelFileIsRefused) {
   auto c = open(0, 1);
-  auto s = spoiledReceive(this, *c, [](const fs::path& p) { std::ofstream(p) << std::string(5000, 'x'); });
+  auto s = spoiledReceive(*c, [](const fs::path& p) { std::ofstream(p) << std::string(5000, 'x'); });
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("bad magic"), std::string::npos) << s;
 }
