@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 
 namespace muster {
 
@@ -25,10 +26,7 @@ inline absl::StatusOr<std::string> readFile(const std::string& path, const std::
 inline absl::StatusOr<std::string> readToken(const std::string& path) {
   auto text = readFile(path, "token file");
   if (!text.ok()) return text.status();
-  std::string token = *text;
-  auto notSpace = [](unsigned char c) { return !std::isspace(c); };
-  token.erase(token.begin(), std::find_if(token.begin(), token.end(), notSpace));
-  token.erase(std::find_if(token.rbegin(), token.rend(), notSpace).base(), token.end());
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) {
     return absl::InvalidArgumentError(fmt::format("token file '{}' is empty", path));
   }

@@ -8,33 +8,73 @@
 #include <cerrno>
 #include <cstring>
 
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/host_name.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
+
 namespace muster::net {
+namespace asio = boost::asio;
 
 std::string routeAddress(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) {
-    return "";
-  }
-  std::string out;
-  int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_storage local{};
-    socklen_t len = sizeof(local);
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
-      if (local.ss_family == AF_INET) {
-        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
-      } else {
-        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof(buf));
-      }
-      out = buf;
+  if (host.empty()) return "";
+  // A UDP connect chooses the route and the local address and sends nothing.
+  asio::io_context io;
+  boost::system::error_code ec;
+  asio::ip::udp::resolver resolver(io);
+  auto found = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || found.empty()) return "";
+  asio::ip::udp::socket socket(io);
+  for (const auto& entry : found) {
+    socket.close(ec);
+    socket.connect(entry.endpoint(), ec);
+    if (ec) continue;
+    auto local = socket.local_endpoint(ec);
+    if (ec) continue;
+    if (local.address().is_v6()) {
+      // Without a link-local scope ("%eth0"): other hosts name the address, not our interface.
+      auto v6 = local.address().to_v6();
+      v6.scope_id(0);
+      return v6.to_string();
     }
+    return local.address().to_string();
   }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
+  return "";
+}
+
+std::string hostName() {
+  boost::system::error_code ec;
+  std::string name = asio::ip::host_name(ec);
+  return ec ? std::string("localhost") : name;
+}
+
+const std::string& canonicalHostName() {
+  static const std::string name = [] {
+    std::string host = hostName();
+    asio::io_context io;
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver resolver(io);
+    auto found = resolver.resolve(host, "", asio::ip::resolver_base::canonical_name, ec);
+    if (ec || found.empty() || found.begin()->host_name().empty()) return host;
+    return found.begin()->host_name();
+  }();
+  return name;
+}
+
+int freeTcpPort() {
+  asio::io_context io;
+  boost::system::error_code ec;
+  asio::ip::tcp::acceptor acceptor(io);
+  asio::ip::tcp::endpoint any(asio::ip::tcp::v4(), 0);
+  acceptor.open(any.protocol(), ec);
+  if (!ec) acceptor.bind(any, ec);
+  if (ec) return 0;
+  auto bound = acceptor.local_endpoint(ec);
+  return ec ? 0 : bound.port();
+}
+
+bool isLocalHost(const std::string& host) {
+  return isLoopback(host) || host == hostName() || host == canonicalHostName();
 }
 
 namespace {
@@ -115,7 +155,10 @@ int boundPort(int fd) {
 }
 
 bool isLoopback(const std::string& address) {
-  return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
+  if (address == "localhost") return true;
+  boost::system::error_code ec;
+  auto parsed = asio::ip::make_address(address, ec);
+  return !ec && parsed.is_loopback();
 }
 
 }  // namespace muster::net

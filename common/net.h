@@ -1,4 +1,4 @@
-// Addresses: which local address other hosts reach this one at.
+// Addresses: this host's names, which local address other hosts reach it at, listening sockets.
 #pragma once
 
 #include <string>
@@ -11,6 +11,22 @@ std::string routeAddress(const std::string& host, int port);
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool isLoopback(const std::string& address);
+
+// This host's name (gethostname).
+std::string hostName();
+
+// The fully qualified name, as Python's socket.getfqdn() (torchrun's _get_fq_hostname): the
+// resolver's canonical name for hostName(), or hostName() when it does not resolve. Resolved
+// once per process (a resolver lookup is not free).
+const std::string& canonicalHostName();
+
+// True when `host` names this host: a loopback address, "localhost", its name or its fully
+// qualified name.
+bool isLocalHost(const std::string& host);
+
+// A TCP port free on every IPv4 address at this moment (0 when none could be bound). Another
+// process may take it before it is used: hold a socket (listenTcp) where that matters.
+int freeTcpPort();
 
 // A TCP socket bound to host:port and listening (close-on-exec, SO_REUSEADDR): held from this
 // moment, so no other process can take the port before the server that serves it starts.

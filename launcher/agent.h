@@ -14,11 +14,14 @@
 #include <boost/asio.hpp>
 
 #include "launcher/console.h"
+#include "launcher/failure_report.h"
+#include "launcher/job_layout.h"
+#include "launcher/node_rendezvous.h"
 #include "launcher/options.h"
 #include "launcher/reaper.h"
 #include "launcher/shared_dir_probe.h"
 #include "launcher/worker_group.h"
-#include "rendezvous/rendezvous_client.h"
+#include "launcher/worker_specs.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/tcpstore_front.h"
 
@@ -40,30 +43,21 @@ class Agent {
   int run();
 
  private:
-  struct Failure {
-    int globalRank, localRank;
-    pid_t pid;
-    WorkerExit exit;
-    std::string errorFile;       // "" when the worker wrote none
-    std::string errorMessage;    // from the error file
-    std::vector<std::string> lastLines;
-    std::chrono::system_clock::time_point when;
-  };
-
   absl::Status prepare();
   absl::Status prepareMultiNode();
+  // OMP_NUM_THREADS=1 for the workers when several share the node and it is not set.
+  void settleThreads();
   absl::Status startRound();
-  // Multi-node: joins the next round on a thread; onJoined continues on the loop.
+  // Multi-node: joins the next round; onJoined continues on the loop.
   void startJoin();
-  void sendJoin();
   void onJoined(absl::StatusOr<muster::v1::Assignment> result);
   void onRemoteEvent(const muster::v1::RoundEvent& event);
   void onRemoteError(const std::string& why);
   // Stops the group because of another node (or the service gone), or decides at once when
   // nothing runs here.
   void stopForRemote();
-  // Tells the rendezvous how this node's round ended, off the loop; `then` runs on the loop
-  // once the service has it (or could not be told). finish() waits for reports still out.
+  // Tells the rendezvous how this node's round ended; `then` runs on the loop once the
+  // service has it (or could not be told). finish() waits a moment for reports still out.
   void report(bool succeeded, const std::string& message, std::function<void()> then = {});
   // After a worker failed (and the report is in): the next round, or the end.
   void restartOrEnd();
@@ -71,10 +65,6 @@ class Agent {
   // then the round's workers.
   void onProbed(const absl::Status& shared);
   void stopProbe();
-  std::vector<WorkerSpec> roundSpecs();
-  // The console prefix of a worker's lines: torchrun's "[<role><local rank>]:", or the
-  // --log_line_prefix_template filled in.
-  std::string linePrefix(int localRank, int globalRank) const;
   void onWorkerExit(const WorkerState& worker);
   void stopGroup(int sig, const std::string& why);
   // SIGKILLs the group; --kill_timeout later, gives up on what is still there (stuck_).
@@ -98,7 +88,6 @@ class Agent {
   void emit(ElasticEvent e) const;
   // Every worker's START (running) or end (SUCCEEDED, FAILED, TERMINATED) event.
   void emitWorkerEvents() const;
-  Failure describe(const WorkerState& worker) const;
 
   LaunchOptions options_;
   std::map<std::string, std::string> env_;
@@ -107,7 +96,6 @@ class Agent {
   boost::asio::signal_set signals_;
   boost::asio::steady_timer graceTimer_;
   boost::asio::steady_timer killTimer_;
-  boost::asio::steady_timer joinRetryTimer_;
   boost::asio::steady_timer reportTimer_;
   Reaper reaper_;
   std::unique_ptr<rendezvous::StoreServer> store_;
@@ -119,39 +107,18 @@ class Agent {
   std::shared_ptr<rendezvous::MemoryStore> frontMemory_;
   std::unique_ptr<rendezvous::TcpStoreFront> front_;
 
-  std::string runId_;
-  std::string jobId_;  // the run directory's name: unique per job, shared dir subfolder
-  std::string masterAddr_;
-  int masterPort_ = 0;
-  std::string baseLogDir_;
-  bool ownBaseLogDir_ = false;
-  std::string runDir_;
-  std::string sharedDir_;
-  bool ownSharedDir_ = false;
-  std::string tokenFile_;
-  int restartCount_ = 0;
-  int groupRank_ = 0;
-  int groupWorldSize_ = 1;
-  int worldSize_ = 1;
-
+  JobLayout layout_;
+  RoundPlacement at_;  // this node's place in the current round
   // Multi-node.
   bool multiNode_ = false;
   bool hostsStore_ = false;
-  std::string endpoint_;
-  std::string nodeId_, nodeHost_;
-  std::string storeToken_;
-  std::unique_ptr<rendezvous::RendezvousClient> rdzv_;
+  std::string endpoint_;  // muster's store: in-process (one node), node 0's or a rendezvousd
+  std::unique_ptr<NodeRendezvous> rdzv_;
   std::thread probeThread_;
   std::atomic<bool> probeCancelled_{false};
-  int pendingReports_ = 0;
-  muster::v1::JoinRequest joinRequest_;
-  Deadline joinDeadline_;
-  Millis joinBackoff_{50};
-  uint64_t round_ = 0;  // the store namespace's round: the restart count, or the service's round
-  int rankOffset_ = 0;
   bool localDone_ = false;
-  bool standaloneService_ = false;
-  bool failureAnnounced_ = false;  // "the job failed: ..." is printed  // the rendezvous is a rendezvousd (it may restart)
+  bool standaloneService_ = false;  // the rendezvous is a rendezvousd (it may restart)
+  bool failureAnnounced_ = false;   // "the job failed: ..." is printed
   // Why the group was stopped from outside: another node's failure, loss or arrival, or the
   // rendezvous gone.
   enum class Remote { kNone, kWaiting, kFailed, kLost, kGone } remote_ = Remote::kNone;
@@ -168,7 +135,6 @@ class Agent {
   int exitCode_ = 1;
   bool killArmed_ = false;  // the round's kill timer is running
   bool stuck_ = false;      // a process outlived SIGKILL: no restart
-  std::string numaError_;  // why --numa_binding could not bind this round
   // The workers' console output, written off the event loop (made in run(), after the
   // orphan guard's fork, since they start threads).
   std::unique_ptr<ConsoleStream> stdout_, stderr_;

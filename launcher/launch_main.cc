@@ -1,4 +1,5 @@
-// launch: parse torchrun's flags, run the agent, map errors to exit codes.
+// launch: parse torchrun's flags, take what Slurm says, validate, run the agent, map errors to
+// exit codes.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -19,25 +20,30 @@ int main(int argc, char** argv) {
     if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto options = muster::launcher::parseLaunchOptions(args, env);
+  auto usageError = [](const absl::Status& s) {
+    std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  auto options = muster::launcher::parseLaunchFlags(args, env);
   if (!options.ok()) {
     if (options.status().code() == absl::StatusCode::kNotFound) {  // --help
       std::fputs(std::string(options.status().message()).c_str(), stdout);
       return 0;
     }
-    std::fprintf(stderr, "launch: %s\n", std::string(options.status().message()).c_str());
-    return 2;
+    return usageError(options.status());
   }
+  if (auto s = muster::launcher::takeFromSlurm(*options, env); !s.ok()) return usageError(s);
+  if (auto s = muster::launcher::validateLaunchOptions(*options, env); !s.ok()) return usageError(s);
   if (!options->logLevel.empty() && !muster::log::setLevel(options->logLevel)) {
     std::fprintf(stderr, "launch: --log_level=%s is invalid; expected trace, debug, info, warn, "
                  "error or off\n", options->logLevel.c_str());
     return 2;
   }
+  // Only valid options touch the machine (scontrol, the shared directory).
   if (!options->slurmJob.empty()) muster::launcher::settleSlurmStep(*options);
   auto command = muster::launcher::workerCommand(*options, env);
   if (!command.ok()) {
-    std::fprintf(stderr, "launch: %s\n", std::string(command.status().message()).c_str());
-    return 2;
+    return usageError(command.status());
   }
   muster::launcher::Agent agent(*options, env, *command);
   return agent.run();

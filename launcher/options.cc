@@ -538,8 +538,8 @@ std::string launchUsage() {
   return out;
 }
 
-absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
-                                                 const std::map<std::string, std::string>& env) {
+absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& args,
+                                               const std::map<std::string, std::string>& env) {
   LaunchOptions o;
   if (auto it = env.find("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"); it != env.end() && it->second == "1") {
     o.agentStore = false;
@@ -625,12 +625,35 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
   }
   o.program = args[i];
   o.programArgs.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-  if (o.module && o.noPython) {
-    return absl::InvalidArgumentError("--module and --no_python cannot be used together");
-  }
   auto nproc = resolveNproc(o.nprocPerNode, env);
   if (!nproc.ok()) return nproc.status();
   o.localWorldSize = *nproc;
+  if (o.standalone) {
+    o.rdzvBackend = "c10d";
+    o.minNodes = o.maxNodes = 1;
+  }
+  if (auto it = env.find("MUSTER_LOG_LEVEL"); it != env.end() && o.logLevel.empty()) {
+    o.logLevel = it->second;
+  }
+  return o;
+}
+
+absl::Status takeFromSlurm(LaunchOptions& o, const std::map<std::string, std::string>& env) {
+  if (!o.slurm) return absl::OkStatus();
+  auto step = slurmStepFromEnv(env);
+  if (!step.ok()) return step.status();
+  if (!step->has_value()) return absl::OkStatus();
+  auto took = applySlurmStep(o, **step);
+  if (!took.ok()) return took.status();
+  o.slurmJob = (*step)->jobId;
+  o.fromSlurm = *took;
+  return absl::OkStatus();
+}
+
+absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string, std::string>& env) {
+  if (o.module && o.noPython) {
+    return absl::InvalidArgumentError("--module and --no_python cannot be used together");
+  }
   if (o.virtualLocalRank) {
     if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
       std::vector<std::string> devices = absl::StrSplit(it->second, ',');
@@ -656,20 +679,6 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
           "--numa_binding={} runs each worker under numactl, which is not on PATH (apt-get "
           "install numactl)",
           o.numaBinding));
-    }
-  }
-  if (o.standalone) {
-    o.rdzvBackend = "c10d";
-    o.minNodes = o.maxNodes = 1;
-  }
-  if (o.slurm) {
-    auto step = slurmStepFromEnv(env);
-    if (!step.ok()) return step.status();
-    if (step->has_value()) {
-      auto took = applySlurmStep(o, **step);
-      if (!took.ok()) return took.status();
-      o.slurmJob = (*step)->jobId;
-      o.fromSlurm = *took;
     }
   }
   if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster") {
@@ -699,9 +708,15 @@ absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>&
         "--node_rank={} is invalid for --nnodes={}; expected 0 to {}", o.nodeRank, o.maxNodes,
         o.maxNodes - 1));
   }
-  if (auto it = env.find("MUSTER_LOG_LEVEL"); it != env.end() && o.logLevel.empty()) {
-    o.logLevel = it->second;
-  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
+                                                 const std::map<std::string, std::string>& env) {
+  auto o = parseLaunchFlags(args, env);
+  if (!o.ok()) return o;
+  if (auto s = takeFromSlurm(*o, env); !s.ok()) return s;
+  if (auto s = validateLaunchOptions(*o, env); !s.ok()) return s;
   return o;
 }
 

@@ -103,9 +103,26 @@ struct LaunchOptions {
   bool consoleShows(int localRank) const;
 };
 
+// launch reads its options in three steps, so that what Slurm fills in is checked like what
+// was typed: parseLaunchFlags, then takeFromSlurm, then validateLaunchOptions.
+//
 // Parses argv (without argv[0]); `env` supplies PET_* defaults, PYTHON_EXEC and CPU/GPU
-// counts come from the host. Errors: INVALID_ARGUMENT with one line that names the flag.
-// Help: NOT_FOUND carrying the usage text (print it, exit 0).
+// counts come from the host. Checks each value alone. Errors: INVALID_ARGUMENT with one line
+// that names the flag. Help: NOT_FOUND carrying the usage text (print it, exit 0).
+absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& args,
+                                               const std::map<std::string, std::string>& env);
+
+// Inside a Slurm allocation (SLURM_JOB_ID, unless --slurm=off): the flags not given, from
+// SLURM_* (slurm.h's applySlurmStep). Touches nothing outside `options` (settleSlurmStep does,
+// once the options are valid). Errors: INVALID_ARGUMENT naming the variable or the mismatch.
+absl::Status takeFromSlurm(LaunchOptions& options, const std::map<std::string, std::string>& env);
+
+// Checks the options together (backend, endpoint, node counts and rank, devices, numactl) and
+// resolves --rdzv_endpoint into rdzvHost/rdzvPort. Errors: INVALID_ARGUMENT, one line.
+absl::Status validateLaunchOptions(LaunchOptions& options,
+                                   const std::map<std::string, std::string>& env);
+
+// The three steps in order, for callers that want them at once (tests, tools).
 absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env);
 

@@ -404,6 +404,25 @@ TEST(Slurm, WrongUseIsOneClearLine) {
   EXPECT_NE(error({"p"}, bad).find("n[1-"), std::string::npos);
 }
 
+TEST(Slurm, WhatSlurmFillsInIsValidatedLikeWhatWasTyped) {
+  // Parsing alone accepts a hosted endpoint on port 0; the node count Slurm gives (2) makes it
+  // invalid, and the step after Slurm says so, naming the count.
+  std::vector<std::string> args{"--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "p"};
+  auto env = srunEnv(0);
+  auto o = parseLaunchFlags(args, env);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->maxNodes, 1);
+  ASSERT_TRUE(validateLaunchOptions(*o, env).ok());
+  o = parseLaunchFlags(args, env);
+  ASSERT_TRUE(takeFromSlurm(*o, env).ok());
+  EXPECT_EQ(o->maxNodes, 2);
+  EXPECT_EQ(o->slurmJob, "4242");
+  auto invalid = validateLaunchOptions(*o, env);
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(invalid.message().find("--nnodes=2"), std::string::npos) << invalid;
+  EXPECT_NE(error(args, env).find("--nnodes=2"), std::string::npos);
+}
+
 TEST(Slurm, NodeAddrFromScontrol) {
   EXPECT_EQ(nodeAddrFromScontrol("NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.9.0.2 "
                                  "NodeHostName=n1 Version=22.05.8\n"),

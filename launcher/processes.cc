@@ -1,8 +1,10 @@
-// listProcesses / processState: parsing /proc/PID/stat and /proc/PID/status.
+// listProcesses / descendantsOf / processState: parsing /proc/PID/stat and /proc/PID/status.
 #include "launcher/processes.h"
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -43,6 +45,30 @@ std::string processState(pid_t pid) {
   std::string where;
   if (wchan >> where && where != "0") state += ", in " + where;
   return state;
+}
+
+std::vector<pid_t> descendantsOf(pid_t root, pid_t except) {
+  std::map<pid_t, pid_t> parent;
+  std::set<pid_t> zombies;
+  for (const auto& p : listProcesses()) {
+    parent[p.pid] = p.ppid;
+    if (p.state == 'Z') zombies.insert(p.pid);
+  }
+  std::vector<pid_t> below;
+  for (const auto& [pid, ppid] : parent) {
+    if (pid == except || zombies.count(pid)) continue;
+    // Walk up (bounded, in case /proc changed under the listing into a cycle).
+    for (pid_t p = ppid, hops = 0; p > 1 && hops < 4096; ++hops) {
+      if (p == except) break;
+      if (p == root) {
+        below.push_back(pid);
+        break;
+      }
+      auto up = parent.find(p);
+      p = up != parent.end() ? up->second : 0;
+    }
+  }
+  return below;
 }
 
 }  // namespace muster::launcher

@@ -18,6 +18,12 @@ struct ProcessInfo {
 // Every process now in /proc (one that vanishes meanwhile is left out).
 std::vector<ProcessInfo> listProcesses();
 
+// The live (not zombie) processes below `root`, but neither `except` nor anything below it.
+// The walk up passes through zombies (a dead shell between root and a daemon). A process that
+// left root's tree (its parent died and init adopted it) is not found: make root a child
+// subreaper (PR_SET_CHILD_SUBREAPER) to keep such orphans below it.
+std::vector<pid_t> descendantsOf(pid_t root, pid_t except);
+
 // "D (disk sleep), in request_wait_answer": the State line of /proc/PID/status and where in
 // the kernel it waits; "gone" when it is.
 std::string processState(pid_t pid);

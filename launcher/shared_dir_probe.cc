@@ -3,10 +3,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include <fmt/format.h>
 
+#include "launcher/job_layout.h"
 #include "rendezvous/store_client.h"
 
 namespace muster::launcher {
@@ -45,8 +45,7 @@ absl::Status probeSharedDir(const SharedDirProbe& probe, const std::atomic<bool>
   if (!store.ok()) return store.status();
   auto& s = **store;
   if (probe.groupRank == 0) {
-    std::random_device rd;
-    std::string nonce = fmt::format("{:08x}{:08x}", rd(), rd());
+    std::string nonce = randomHex(8);
     std::error_code ec;
     fs::create_directories(fs::path(probe.file).parent_path(), ec);
     std::ofstream(probe.file) << nonce;

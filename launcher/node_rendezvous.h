@@ -1,0 +1,81 @@
+// This node's side of the rendezvous: joins each round (asking again while a just-restarted
+// service drops the connection), watches the round to its end, and reports how this node's
+// part of it ended. Every completion runs on the agent's event loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio.hpp>
+
+#include "absl/status/statusor.h"
+#include "common/deadline.h"
+#include "launcher/options.h"
+#include "rendezvous/rendezvous_client.h"
+
+namespace muster::launcher {
+
+// Thread-safety: call from the loop's thread only; every callback runs there (posted), never
+// after the object is destroyed. Lifetime: destroy it before the io_context; the destructor
+// cancels every call and waits only for gRPC's callbacks, which only post.
+class NodeRendezvous {
+ public:
+  struct Node {
+    std::string runId;
+    std::string nodeId;  // unique per launch: "<host>-<pid>-<random>"
+    std::string host;    // where the other nodes reach this one
+    int localWorldSize = 1;
+    int wantedRank = -1;  // --node_rank for the static backend; -1: the service assigns it
+    int minNodes = 1, maxNodes = 1;
+  };
+
+  NodeRendezvous(boost::asio::io_context& io, const std::string& endpoint,
+                 const std::string& token, Node node, LaunchOptions::RdzvConf conf);
+  ~NodeRendezvous();
+  NodeRendezvous(const NodeRendezvous&) = delete;
+  NodeRendezvous& operator=(const NodeRendezvous&) = delete;
+
+  const std::string& endpoint() const { return client_.target(); }
+  const Node& node() const { return node_; }
+
+  // Joins the next round, offering `masterPort` for the workers' store should this node be
+  // group rank 0. `done` gets the assignment, or why not once the join timeout (plus a margin
+  // for the service's own answer) has passed: UNAVAILABLE is asked again with back-off until
+  // then. A join replaces one still waiting.
+  void join(int masterPort, std::function<void(absl::StatusOr<muster::v1::Assignment>)> done);
+  // Watches `round`: its end (onEvent), or the service lost (onError); heartbeats meanwhile.
+  void watch(uint64_t round, std::function<void(const muster::v1::RoundEvent&)> onEvent,
+             std::function<void(const std::string&)> onError);
+  // Neither of the watch's callbacks runs after this.
+  void stopWatch();
+  // Tells the service how this node's round ended; `then` runs once it has it, or could not
+  // be told (logged), with pendingReports() already lowered.
+  void report(uint64_t round, bool succeeded, const std::string& message,
+              std::function<void()> then = {});
+  int pendingReports() const { return pendingReports_; }
+  // Stops the join: its `done` is not called, and it is not asked again.
+  void stopJoining();
+  // Ends every call in flight (a join or a report ends with CANCELLED) and stops asking again.
+  void cancel();
+
+ private:
+  void sendJoin();
+
+  boost::asio::io_context& io_;
+  Node node_;
+  LaunchOptions::RdzvConf conf_;
+  rendezvous::RendezvousClient client_;
+  boost::asio::steady_timer retryTimer_;
+  muster::v1::JoinRequest joinRequest_;
+  std::function<void(absl::StatusOr<muster::v1::Assignment>)> joined_;
+  Deadline joinDeadline_;
+  Millis joinBackoff_{50};
+  uint64_t joinGeneration_ = 0;  // a completion of an older join is dropped
+  int pendingReports_ = 0;
+  // Callbacks posted to the loop check this: the object may be gone when they run.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace muster::launcher
