@@ -170,7 +170,7 @@ absl::Status Agent::prepareMultiNode() {
 
 void Agent::startJoin() {
   joinStarted_ = std::chrono::steady_clock::now();
-  rdzv_->join(options_.agentStore ? workerPort_ : net::freeTcpPort(),
+  rdzv_->join(options_.agentStore ? workerPort_ : net::freeTcpPort(), standaloneService_,
               [this](absl::StatusOr<muster::v1::Assignment> result) { onJoined(std::move(result)); });
 }
 

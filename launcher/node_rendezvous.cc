@@ -34,7 +34,7 @@ NodeRendezvous::~NodeRendezvous() {
   // client_'s destructor cancels every call and waits for their callbacks, which only post.
 }
 
-void NodeRendezvous::join(int masterPort,
+void NodeRendezvous::join(int masterPort, bool serviceRestarts,
                           std::function<void(absl::StatusOr<muster::v1::Assignment>)> done) {
   muster::v1::JoinRequest req;
   req.set_run_id(node_.runId);
@@ -54,6 +54,7 @@ void NodeRendezvous::join(int masterPort,
   joined_ = std::move(done);
   joinDeadline_ = deadlineAfter(conf_.joinTimeout + kJoinAnswerMargin);
   joinBackoff_ = kFirstBackoff;
+  retryUnavailable_ = serviceRestarts;
   ++joinGeneration_;
   retryTimer_.cancel();
   sendJoin();
@@ -65,10 +66,11 @@ void NodeRendezvous::sendJoin() {
                    absl::StatusOr<muster::v1::Assignment> result) {
     asio::post(io_, [this, alive, generation, result = std::move(result)]() mutable {
       if (!*alive || generation != joinGeneration_ || !joined_) return;
-      if (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable &&
+      if (retryUnavailable_ && !result.ok() &&
+          result.status().code() == absl::StatusCode::kUnavailable &&
           Clock::now() + joinBackoff_ < joinDeadline_) {
         // The connection broke under the call (a rendezvousd that was just restarted, the
-        // old connection not yet seen closed): the service never had it; ask again.
+        // old connection not yet seen closed), or it is restarting: ask the new one.
         logger()->debug("join: {}; asking again in {} ms", std::string(result.status().message()),
                         joinBackoff_.count());
         retryTimer_.expires_after(joinBackoff_);

@@ -41,10 +41,14 @@ class NodeRendezvous {
   const Node& node() const { return node_; }
 
   // Joins the next round, offering `masterPort` for the workers' store should this node be
-  // group rank 0. `done` gets the assignment, or why not once the join timeout (plus a margin
-  // for the service's own answer) has passed: UNAVAILABLE is asked again with back-off until
-  // then. A join replaces one still waiting.
-  void join(int masterPort, std::function<void(absl::StatusOr<muster::v1::Assignment>)> done);
+  // group rank 0. `done` gets the assignment, or why not (within the join timeout plus a
+  // margin for the service's own answer). A service not up yet is waited for. With
+  // `serviceRestarts` (an earlier round said the service is a rendezvousd, which systemd or a
+  // pod restarts) a join that ends UNAVAILABLE (the connection broke, the service is shutting
+  // down) is asked again with back-off until then; otherwise it is the answer: node 0's launch
+  // does not come back. A join replaces one still waiting.
+  void join(int masterPort, bool serviceRestarts,
+            std::function<void(absl::StatusOr<muster::v1::Assignment>)> done);
   // Watches `round`: its end (onEvent), or the service lost (onError); heartbeats meanwhile.
   void watch(uint64_t round, std::function<void(const muster::v1::RoundEvent&)> onEvent,
              std::function<void(const std::string&)> onError);
@@ -72,6 +76,7 @@ class NodeRendezvous {
   std::function<void(absl::StatusOr<muster::v1::Assignment>)> joined_;
   Deadline joinDeadline_;
   Millis joinBackoff_{50};
+  bool retryUnavailable_ = false;
   uint64_t joinGeneration_ = 0;  // a completion of an older join is dropped
   int pendingReports_ = 0;
   // Callbacks posted to the loop check this: the object may be gone when they run.

@@ -109,6 +109,9 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
           Deadline deadline = deadlineAfter(Millis(static_cast<int64_t>(req.join_timeout_ms())));
           run.pending.push_back({id, node, std::move(done), deadline});
           joinRuns_[id] = req.run_id();
+          logger()->debug("run '{}' round {}: {} waits for the round ({} waiting, {} to {} nodes)",
+                          req.run_id(), run.round, who(node), run.pending.size(), req.min_nodes(),
+                          req.max_nodes());
           if (run.running) {
             // A node arrives while a round runs: it waits; below MAX the round ends to take it in.
             if (static_cast<int>(run.members.size()) < run.maxNodes) {

@@ -236,6 +236,28 @@ TEST_F(MultiNode, DisagreeingNnodesIsAnErrorNamingBothSizes) {
   }
 }
 
+// A node still joining when the service goes away (rendezvousd stopped, node 0's launch gone)
+// says so and exits: it does not wait out the join timeout (600 s) for a service that may never
+// come back. (Under load, MultiNode.DisagreeingNnodesIsAnErrorNamingBothSizes hung this way:
+// node 1's join reached node 0's service first, node 0's own was refused and it exited, and
+// node 1 asked again and again for 600 s.)
+TEST_F(MultiNode, AJoinPendingWhenTheServiceStopsEndsAtOnceNamingIt) {
+  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"},
+               {"MUSTER_LOG_LEVEL=debug"});
+  auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
+  ASSERT_TRUE(line.has_value());
+  auto a = node(elasticFlags("2", 1, (*line)[1]), script("exit 0\n"));
+  ASSERT_TRUE(daemon.waitForLine("waits for the round", kRun).has_value()) << daemon.stderrText();
+  auto struck = std::chrono::steady_clock::now();
+  daemon.kill(SIGTERM);
+  auto exited = a->wait(kRun);
+  auto took = std::chrono::steady_clock::now() - struck;
+  ASSERT_TRUE(exited.has_value()) << a->stderrText();
+  EXPECT_EQ(exited->code, 1) << a->stderrText();
+  EXPECT_NE(a->stderrText().find("the rendezvous is shutting down"), std::string::npos) << a->stderrText();
+  EXPECT_LT(took, milliseconds(10000)) << a->stderrText();
+}
+
 TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
   Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
