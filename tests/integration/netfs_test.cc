@@ -128,13 +128,19 @@ TEST_F(NetworkFs, ATwoNodeJobSharesTheMountedDirectory) {
 TEST_F(NetworkFs, AWorkerStuckInTheKernelIsReportedAndLaunchExitsWithoutIt) {
   std::ofstream(exported_ / "data") << "payload\n";
   std::string pid1 = (dir_ / "pid_1").string();
-  // Rank 1 reads through the mount; rank 0 fails once rank 1 waits in FUSE's request code.
+  // Rank 1 reads through the mount; rank 0 fails once rank 1 waits in FUSE's request code
+  // and sshfs has taken the request: only then does a fatal signal leave it waiting
+  // uninterruptibly (a request still queued in the kernel is abandoned, and cat dies). sshfs
+  // takes it as soon as it runs, so the wait must have lasted a while (20 looks, 0.2 s or
+  // more), not just begun.
   std::string body = "if [ \"$RANK\" = 1 ]; then echo $$ > " + pid1 + ".tmp; mv " + pid1 + ".tmp " + pid1 +
                      "; exec cat " + (mounted_ / "data").string() +
                      "; fi\n"
-                     "for i in $(seq 2000); do\n"
-                     "  [ -e " + pid1 + " ] && grep -q -E 'fuse|request_wait' /proc/$(cat " + pid1 +
-                     ")/wchan 2>/dev/null && exit 1\n"
+                     "seen=0\n"
+                     "for i in $(seq 3000); do\n"
+                     "  if [ -e " + pid1 + " ] && grep -q -E 'fuse|request_wait' /proc/$(cat " + pid1 +
+                     ")/wchan 2>/dev/null; then seen=$((seen + 1)); else seen=0; fi\n"
+                     "  [ $seen -ge 20 ] && exit 1\n"
                      "  sleep 0.01\n"
                      "done\nexit 3\n";
   std::string worker = script("stuck.sh", body);
