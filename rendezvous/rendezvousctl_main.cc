@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/escaping.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -70,7 +71,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeoutS, "seconds to wait for connecting and for keys")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.require_subcommand(1);
+  bool escaped = false;
+  app.add_flag("--escaped", escaped,
+               "keys and values given are C-escaped (\\xff, \\0, \\n, \\\\) and values printed are "
+               "escaped the same way: any byte string, unambiguously");
+  // At most one; none is said below, after unknown flags have been (CLI11 checks a required
+  // subcommand first, and `--bogus` alone would read "A subcommand is required").
+  app.require_subcommand(0, 1);
   std::string key, value, expected;
   std::vector<std::string> keys;
   int64_t delta = 1;
@@ -106,6 +113,34 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rendezvousctl: %s (see --help)\n", e.what());
     return 2;
   }
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
+                 "check, wait, delete, num-keys, append or health (see --help)\n");
+    return 2;
+  }
+  if (escaped) {
+    std::string error;
+    auto unescape = [&](const char* what, std::string& text) {
+      if (!error.empty()) return;
+      std::string raw, why;
+      if (absl::CUnescape(text, &raw, &why)) {
+        text = std::move(raw);
+      } else {
+        error = fmt::format("{} '{}': {}", what, text, why);
+      }
+    };
+    unescape("key", key);
+    unescape("value", value);
+    unescape("expected value", expected);
+    for (auto& k : keys) unescape("key", k);
+    if (!error.empty()) {
+      std::fprintf(stderr, "rendezvousctl: --escaped: %s\n", error.c_str());
+      return 2;
+    }
+  }
+  auto show = [escaped](const std::string& bytes) {
+    return escaped ? absl::CHexEscape(bytes) : bytes;
+  };
   if (!tokenFile.empty()) {
     auto token = muster::readToken(tokenFile);
     if (!token.ok()) return failed(token.status());
@@ -128,7 +163,7 @@ int main(int argc, char** argv) {
   if (*get) {
     auto v = store.get(key, deadline);
     if (!v.ok()) return failed(v.status());
-    std::cout << *v << std::endl;
+    std::cout << show(*v) << std::endl;
     return 0;
   }
   if (*add) {
@@ -140,7 +175,7 @@ int main(int argc, char** argv) {
   if (*cas) {
     auto v = store.compareSet(key, expected, value);
     if (!v.ok()) return failed(v.status());
-    std::cout << *v << std::endl;
+    std::cout << show(*v) << std::endl;
     return 0;
   }
   if (*check) {

@@ -54,6 +54,30 @@ TYPED_TEST(StoreConformance, BinaryValuesSurviveIntact) {
   EXPECT_EQ(this->store->get("bin", deadlineAfter(Millis(1000))).value(), value);
 }
 
+// c10d keys are byte strings: any bytes, NUL and invalid UTF-8 included, in keys and
+// namespaces, through every operation that names a key.
+TYPED_TEST(StoreConformance, KeysAndNamespacesAreBytes) {
+  std::string key("\xff\xfe", 2), other("k\0\x80z", 4), value("v\xc3", 2);
+  ASSERT_TRUE(this->store->set(key, value).ok());
+  EXPECT_EQ(this->store->get(key, deadlineAfter(Millis(1000))).value(), value);
+  EXPECT_FALSE(this->store->check({other}).value());
+  ASSERT_TRUE(this->store->multiSet({other}, {"x"}).ok());
+  EXPECT_EQ(this->store->multiGet({key, other}, deadlineAfter(Millis(1000))).value(),
+            (std::vector<std::string>{value, "x"}));
+  ASSERT_TRUE(this->store->wait({key, other}, deadlineAfter(Millis(1000))).ok());
+  EXPECT_EQ(this->store->add(std::string("n\xff", 2), 2).value(), 2);
+  EXPECT_EQ(this->store->append(key, "!").value(), 3);
+  EXPECT_EQ(this->store->compareSet(other, "x", "y").value(), "y");
+  EXPECT_EQ(this->store->numKeys().value(), 3);
+  EXPECT_TRUE(this->store->deleteKey(key).value());
+  EXPECT_FALSE(this->store->check({key}).value());
+  // A namespace of any bytes is a namespace like any other, apart from the rest.
+  auto odd = this->backend.open(std::string("job\xff/\x00", 6));
+  ASSERT_TRUE(odd->set(other, "in odd").ok());
+  EXPECT_EQ(odd->get(other, deadlineAfter(Millis(1000))).value(), "in odd");
+  EXPECT_EQ(this->store->get(other, deadlineAfter(Millis(1000))).value(), "y");
+}
+
 TYPED_TEST(StoreConformance, GetBlocksUntilAnotherClientSets) {
   auto other = this->backend.open("job/0");
   std::thread setter([&] {
