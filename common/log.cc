@@ -4,8 +4,11 @@
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 
 namespace muster::log {
 namespace {
@@ -48,12 +51,65 @@ bool setLevel(const std::string& level) {
   return true;
 }
 
+namespace {
+
+std::mutex& acceptMutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::function<void(const std::string&)>& acceptHandler() {
+  static std::function<void(const std::string&)> handler;
+  return handler;
+}
+
+bool isResourceError(std::string_view message) {
+  for (std::string_view what : {"Too many open files", "Cannot allocate memory", "accept",
+                                "No buffer space", "Resource temporarily unavailable"}) {
+    if (message.find(what) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void onGrpcAcceptFailure(std::function<void(const std::string& why)> handler) {
+  std::lock_guard<std::mutex> lock(acceptMutex());
+  acceptHandler() = std::move(handler);
+}
+
 void routeGrpcLogs() {
   static std::once_flag once;
   std::call_once(once, [] {
     static auto grpcLogger = get("grpc");
     gpr_set_log_function([](gpr_log_func_args* args) {
-      grpcLogger->debug("{}:{} {}", args->file, args->line, args->message);
+      std::string_view message = args->message;
+      if (args->severity != GPR_LOG_SEVERITY_ERROR || !isResourceError(message)) {
+        grpcLogger->debug("{}:{} {}", args->file, args->line, message);
+        return;
+      }
+      // At most one warning a second, saying how many were folded into it.
+      static std::atomic<int64_t> lastMs{0};
+      static std::atomic<uint64_t> folded{0};
+      int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count();
+      int64_t last = lastMs.load();
+      if (now - last >= 1000 && lastMs.compare_exchange_strong(last, now)) {
+        uint64_t more = folded.exchange(0);
+        grpcLogger->warn("{}{}", message,
+                         more > 0 ? fmt::format(" ({} more like it in the last second)", more) : "");
+      } else {
+        ++folded;
+      }
+      if (message.rfind("Failed accept4", 0) == 0) {
+        std::function<void(const std::string&)> handler;
+        {
+          std::lock_guard<std::mutex> lock(acceptMutex());
+          handler = acceptHandler();
+        }
+        if (handler) handler(std::string(message));
+      }
     });
   });
 }

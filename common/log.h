@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,7 +18,15 @@ std::shared_ptr<spdlog::logger> get(const std::string& component);
 bool setLevel(const std::string& level);
 
 // Sends gRPC's own log lines to the "grpc" logger at debug level: muster reports what matters
-// itself, in one line. Call before the first gRPC object is made; later calls do nothing.
+// itself, in one line. The exception is a resource error (out of descriptors or memory, a failed
+// accept): a warning, at most one a second (with how many there were since). Call before the
+// first gRPC object is made; later calls do nothing.
 void routeGrpcLogs();
+
+// Called (on a gRPC thread) when gRPC says its listener failed to accept a connection. In gRPC
+// 1.51 that listener then never accepts again (tcp_server_posix.cc stops watching the socket),
+// so a server cannot recover from it: rendezvousd exits for its supervisor to restart it. One
+// handler; a later call replaces it. Thread-safe.
+void onGrpcAcceptFailure(std::function<void(const std::string& why)> handler);
 
 }  // namespace muster::log

@@ -2,8 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
+#include <string>
 
 #include "common/files.h"
 #include "common/log.h"
@@ -79,20 +85,61 @@ int main(int argc, char** argv) {
 
   // Signals are taken synchronously by this thread; every other thread (gRPC's) inherits the
   // blocked mask.
+  // SIGUSR1 is how a gRPC thread tells this one that the listener is lost (below).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto logger = muster::log::get("rendezvousd");
+  // Every connection is a descriptor: take what the hard limit allows (systemd's LimitNOFILE,
+  // ulimit -Hn), not the soft 1024 a shell gives.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    rlim_t soft = files.rlim_cur;
+    files.rlim_cur = files.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0) files.rlim_cur = soft;
+  }
+  logger->debug("descriptors: up to {}", files.rlim_cur);
+  // gRPC 1.51's listener stops for good after a failed accept (out of descriptors): the daemon
+  // would stay up and never serve again, so systemd's Restart= would never fire. Exit instead.
+  static std::mutex lostMutex;
+  static std::string lostWhy;
+  pthread_t mainThread = pthread_self();
+  muster::log::onGrpcAcceptFailure([mainThread](const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(lostMutex);
+      if (!lostWhy.empty()) return;
+      lostWhy = why;
+    }
+    pthread_kill(mainThread, SIGUSR1);
+  });
+
   auto server = StoreServer::start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "rendezvousd: %s\n", std::string(server.status().message()).c_str());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   int received = 0;
-  sigwait(&signals, &received);
+  std::string lost;
+  while (true) {
+    sigwait(&signals, &received);
+    if (received != SIGUSR1) break;
+    std::lock_guard<std::mutex> lock(lostMutex);
+    if (!lostWhy.empty()) {
+      lost = lostWhy;
+      break;
+    }
+  }
+  if (!lost.empty()) {
+    logger->error("cannot accept connections any more ({}; {} descriptors allowed): exiting so that "
+                  "the supervisor restarts the service; raise the limit (LimitNOFILE=, ulimit -n)",
+                  lost, files.rlim_cur);
+    (*server)->shutdown(muster::Millis(1000));
+    return 1;
+  }
   logger->info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->shutdown();
   (*server)->wait();

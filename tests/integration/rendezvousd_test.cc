@@ -1,6 +1,10 @@
 // rendezvousd and rendezvousctl as real processes: flags, the bound address, blocking across
 // processes, token, port in use, graceful shutdown.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -25,8 +29,12 @@ constexpr Millis kStart{15000};
 
 // A running rendezvousd on 127.0.0.1 and a free port, read back from its log.
 struct Daemon {
-  explicit Daemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{daemon(), "--host", "127.0.0.1", "--port", "0"};
+  // `prefix`: a command that execs the daemon (prlimit ... --).
+  explicit Daemon(std::vector<std::string> extra = {}, std::vector<std::string> prefix = {}) {
+    std::vector<std::string> argv = prefix;
+    for (std::string a : {daemon(), std::string("--host"), std::string("127.0.0.1"), std::string("--port"), std::string("0")}) {
+      argv.push_back(a);
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     child = std::make_unique<Child>(argv);
     auto line = child->waitForLine(R"(store listening on (127\.0\.0\.1:(\d+)))", kStart);
@@ -221,6 +229,54 @@ TEST(Rendezvousd, NonUtf8KeysFromStrangersAreRefusedWithoutALogFlood) {
   EXPECT_EQ(log.find("libprotobuf"), std::string::npos) << log;
   EXPECT_EQ(log.find("UTF-8"), std::string::npos) << log;
   fs::remove(token);
+}
+
+// `n` TCP connections to 127.0.0.1:port, open until closed (the kernel completes them from
+// the listen backlog whether or not the server accepts).
+std::vector<int> connectMany(int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      fds.push_back(fd);
+    } else if (fd >= 0) {
+      close(fd);
+    }
+  }
+  return fds;
+}
+
+// Out of descriptors. gRPC 1.51's listener stops for good after a failed accept, so the daemon
+// stayed up and never served again (systemd's Restart= never fired). It now takes the hard
+// limit at start, so a low soft limit costs nothing; when even the hard limit runs out it exits
+// 1 with one line naming why, for its supervisor to restart it.
+TEST(Rendezvousd, RunningOutOfDescriptorsIsSurvivedOrEndsForTheSupervisor) {
+  {
+    Daemon d({}, {"/usr/bin/prlimit", "--nofile=64:4096", "--"});
+    ASSERT_GT(d.port, 0) << d.child->stderrText();
+    auto fds = connectMany(d.port, 300);
+    EXPECT_EQ(fds.size(), 300u);
+    for (int fd : fds) close(fd);
+    Child health({ctl(), "--addr", d.address, "--timeout", "10", "health"});
+    ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText() << d.child->stderrText();
+    EXPECT_EQ(health.stdoutText(), "SERVING\n");
+  }
+  Daemon d({}, {"/usr/bin/prlimit", "--nofile=64:64", "--"});
+  ASSERT_GT(d.port, 0) << d.child->stderrText();
+  auto fds = connectMany(d.port, 300);
+  auto exit = d.child->wait(kStart);
+  for (int fd : fds) close(fd);
+  ASSERT_TRUE(exit.has_value()) << "the daemon stayed up without a listener";
+  EXPECT_EQ(exit->code, 1) << d.child->stderrText();
+  auto line = d.child->waitForLine("cannot accept connections any more \\(Failed accept4: Too many "
+                                   "open files; 64 descriptors allowed\\): exiting so that the "
+                                   "supervisor restarts",
+                                   Millis(0));
+  EXPECT_TRUE(line.has_value()) << d.child->stderrText();
 }
 
 TEST(Rendezvousctl, AnUnknownFlagIsNamedAndNoSubcommandIsSaid) {
