@@ -131,8 +131,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::RoundEvent> {
 
 }  // namespace
 
-RendezvousService::RendezvousService(std::string token, bool standalone)
-    : token_(std::move(token)), standalone_(standalone), state_(std::make_shared<RendezvousState>()) {}
+RendezvousService::RendezvousService(std::string token, bool standalone, RunRetention retention)
+    : token_(std::move(token)),
+      standalone_(standalone),
+      state_(std::make_shared<RendezvousState>(retention)) {}
 
 RendezvousService::~RendezvousService() { state_->shutdown(); }
 

@@ -15,7 +15,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
  public:
   // `token` empty: no authentication (as the store's).
   // `standalone`: this is rendezvousd (Assignment.standalone_service).
-  explicit RendezvousService(std::string token, bool standalone = false);
+  explicit RendezvousService(std::string token, bool standalone = false, RunRetention retention = {});
   ~RendezvousService() override;
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const pb::JoinRequest* request,

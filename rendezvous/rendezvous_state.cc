@@ -19,7 +19,9 @@ std::string nnodes(int lo, int hi) { return lo == hi ? std::to_string(lo) : fmt:
 
 }  // namespace
 
-RendezvousState::RendezvousState() { timer_ = std::thread([this] { timerLoop(); }); }
+RendezvousState::RendezvousState(RunRetention retention) : retention_(retention) {
+  timer_ = std::thread([this] { timerLoop(); });
+}
 
 RendezvousState::~RendezvousState() {
   shutdown();
@@ -31,6 +33,52 @@ size_t RendezvousState::pendingJoins() const {
   size_t n = 0;
   for (const auto& [id, run] : runs_) n += run.pending.size();
   return n;
+}
+
+size_t RendezvousState::runCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return runs_.size() + finished_.size();
+}
+
+bool RendezvousState::idle(const Run& run) {
+  return !run.running && !run.finished && run.pending.empty() && run.members.empty() &&
+         run.watchers.empty();
+}
+
+void RendezvousState::noteIfIdle(const std::string& runId, Run& run) {
+  if (!idle(run) || run.idleNoted) return;
+  run.idleNoted = true;
+  run.idleSeq = ++retentionSeq_;
+  retentions_.push_back({deadlineAfter(retention_.ttl), runId, run.idleSeq});
+  cv_.notify_all();
+}
+
+void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
+  for (const auto& [watcherId, w] : it->second.watchers) watcherRuns_.erase(watcherId);
+  for (const auto& p : it->second.pending) joinRuns_.erase(p.id);
+  uint64_t seq = ++retentionSeq_;
+  finished_[it->first] = {Clock::now(), seq};
+  retentions_.push_back({deadlineAfter(retention_.ttl), it->first, seq});
+  runs_.erase(it);
+  cv_.notify_all();
+}
+
+void RendezvousState::forgetDue() {
+  auto now = Clock::now();
+  while (!retentions_.empty() &&
+         (retentions_.front().at <= now || retentions_.size() > retention_.maxRuns)) {
+    Retention r = std::move(retentions_.front());
+    retentions_.pop_front();
+    if (auto f = finished_.find(r.runId); f != finished_.end() && f->second.seq == r.seq) {
+      finished_.erase(f);
+      logger()->debug("forgot finished run '{}'; its id may start a new run", r.runId);
+    } else if (auto it = runs_.find(r.runId);
+               it != runs_.end() && it->second.idleSeq == r.seq && idle(it->second)) {
+      runs_.erase(it);
+      logger()->debug("forgot run '{}': no node for {:.0f} s", r.runId,
+                      retention_.ttl.count() / 1000.0);
+    }
+  }
 }
 
 void RendezvousState::failPending(Run& run, size_t index, absl::Status status, Actions& actions) {
@@ -52,6 +100,14 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
       reject(absl::UnavailableError("the rendezvous is shutting down"));
     } else if (req.min_nodes() < 1 || req.max_nodes() < req.min_nodes() || node.local_world_size() < 1) {
       reject(absl::InvalidArgumentError("a join needs 1 <= min_nodes <= max_nodes and local_world_size >= 1"));
+    } else if (auto finished = finished_.find(req.run_id()); finished != finished_.end()) {
+      double ago = std::chrono::duration<double>(Clock::now() - finished->second.at).count();
+      double left = std::max(0.0, retention_.ttl.count() / 1000.0 - ago);
+      reject(absl::FailedPreconditionError(fmt::format(
+          "run '{}' has already finished ({:.0f} s ago); its id can start a new run once the "
+          "service forgets it, in {:.0f} s (rendezvousd --finished-run-ttl), or give another "
+          "--rdzv_id",
+          req.run_id(), ago, left)));
     } else {
       Run& run = runs_[req.run_id()];
       if (run.firstNode.empty()) {
@@ -62,9 +118,7 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
         run.joinTimeoutMs = req.join_timeout_ms();
         run.firstNode = who(node);
       }
-      if (run.finished) {
-        reject(absl::FailedPreconditionError(fmt::format("run '{}' has already finished", req.run_id())));
-      } else if (req.min_nodes() != run.minNodes || req.max_nodes() != run.maxNodes) {
+      if (req.min_nodes() != run.minNodes || req.max_nodes() != run.maxNodes) {
         reject(absl::InvalidArgumentError(fmt::format(
             "node {} asks for --nnodes={} but run '{}' was started with --nnodes={} by node {}",
             who(node), nnodes(req.min_nodes(), req.max_nodes()), req.run_id(),
@@ -109,6 +163,7 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
           Deadline deadline = deadlineAfter(Millis(static_cast<int64_t>(req.join_timeout_ms())));
           run.pending.push_back({id, node, std::move(done), deadline});
           joinRuns_[id] = req.run_id();
+          run.idleNoted = false;
           logger()->debug("run '{}' round {}: {} waits for the round ({} waiting, {} to {} nodes)",
                           req.run_id(), run.round, who(node), run.pending.size(), req.min_nodes(),
                           req.max_nodes());
@@ -140,7 +195,12 @@ void RendezvousState::cancelJoin(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = joinRuns_.find(id);
   if (it == joinRuns_.end()) return;
-  Run& run = runs_[it->second];
+  auto found = runs_.find(it->second);
+  if (found == runs_.end()) {
+    joinRuns_.erase(it);
+    return;
+  }
+  Run& run = found->second;
   for (size_t i = 0; i < run.pending.size(); ++i) {
     if (run.pending[i].id == id) {
       run.pending.erase(run.pending.begin() + static_cast<long>(i));
@@ -148,7 +208,9 @@ void RendezvousState::cancelJoin(uint64_t id) {
     }
   }
   if (static_cast<int>(run.pending.size()) < run.minNodes) run.lastCall = kNoDeadline;
+  std::string runId = it->second;
   joinRuns_.erase(it);
+  noteIfIdle(runId, run);
 }
 
 void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& actions) {
@@ -246,7 +308,12 @@ void RendezvousState::unwatch(uint64_t id, bool clientGone) {
     std::lock_guard<std::mutex> lock(mu_);
     auto r = watcherRuns_.find(id);
     if (r == watcherRuns_.end()) return;
-    Run& run = runs_[r->second];
+    auto found = runs_.find(r->second);
+    if (found == runs_.end()) {
+      watcherRuns_.erase(r);
+      return;
+    }
+    Run& run = found->second;
     auto w = run.watchers.find(id);
     std::string runId = r->second;
     watcherRuns_.erase(r);
@@ -265,6 +332,7 @@ void RendezvousState::unwatch(uint64_t id, bool clientGone) {
       logger()->warn("run '{}' round {}: {}", runId, run.round, e.message());
       endRound(run, e, actions);
     }
+    noteIfIdle(runId, run);
   }
   cv_.notify_all();
   for (auto& a : actions) a();
@@ -289,6 +357,7 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
         e.set_message("every node's workers succeeded");
         logger()->info("run '{}' round {}: every node succeeded", req.run_id(), run.round);
         endRound(run, e, actions);
+        retire(it);
       }
     } else {
       pb::RoundEvent e;
@@ -300,6 +369,7 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
       e.set_message(req.message());
       logger()->warn("run '{}' round {}: node {} failed: {}", req.run_id(), run.round, who(m->second.node), req.message());
       endRound(run, e, actions);
+      noteIfIdle(req.run_id(), run);
     }
   }
   cv_.notify_all();
@@ -325,6 +395,9 @@ void RendezvousState::shutdown() {
 
 Deadline RendezvousState::nextDeadline() const {
   Deadline next = kNoDeadline;
+  if (!retentions_.empty()) {
+    next = retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.front().at;
+  }
   for (const auto& [id, run] : runs_) {
     next = std::min(next, run.lastCall);
     for (const auto& p : run.pending) next = std::min(next, p.deadline);
@@ -350,6 +423,7 @@ void RendezvousState::timerLoop() {
       continue;
     }
     Actions actions;
+    forgetDue();
     auto now = Clock::now();
     for (auto& [runId, run] : runs_) {
       if (run.lastCall <= now) {
@@ -379,6 +453,7 @@ void RendezvousState::timerLoop() {
           break;
         }
       }
+      noteIfIdle(runId, run);
     }
     lock.unlock();
     for (auto& a : actions) a();

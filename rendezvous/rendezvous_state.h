@@ -3,6 +3,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,16 +19,27 @@ namespace muster::rendezvous {
 
 namespace pb = ::muster::v1;
 
+// How long the service remembers runs nobody uses any more.
+struct RunRetention {
+  // A finished run (every node succeeded) refuses late joins this long ("has already
+  // finished"), then is forgotten and its id may start a new run. A run that stopped with no
+  // node left (failed, given up) is forgotten as long after its last node went.
+  Millis ttl{300000};
+  // At most this many such runs are remembered; beyond it the oldest goes first.
+  size_t maxRuns = 10000;
+};
+
 // Thread-safety: all methods from any thread; one mutex owns the state, callbacks run outside
-// it. A timer thread ends joins that wait too long, closes rounds at their last call, and
-// declares silent nodes lost. Lifetime: the destructor fails pending joins with UNAVAILABLE.
+// it. A timer thread ends joins that wait too long, closes rounds at their last call, declares
+// silent nodes lost, and forgets runs past their retention (costing what it forgets, not a
+// scan of every run). Lifetime: the destructor fails pending joins with UNAVAILABLE.
 class RendezvousState {
  public:
   using JoinDone = std::function<void(absl::StatusOr<pb::Assignment>)>;
   // Receives the round's end; the watch is over after it.
   using EventSink = std::function<void(const pb::RoundEvent&)>;
 
-  RendezvousState();
+  explicit RendezvousState(RunRetention retention = {});
   ~RendezvousState();
 
   // `done` runs once: with the assignment when the round closes, or with the error.
@@ -45,6 +57,8 @@ class RendezvousState {
   void shutdown();
 
   size_t pendingJoins() const;
+  // Runs remembered: active, finished and idle ones.
+  size_t runCount() const;
 
  private:
   struct Pending {
@@ -75,6 +89,18 @@ class RendezvousState {
     std::map<std::string, Member> members;
     Deadline lastCall = kNoDeadline;
     std::map<uint64_t, Watcher> watchers;
+    uint64_t idleSeq = 0;     // the retention entry that forgets it while idle
+    bool idleNoted = false;   // that entry is written (until a node joins again)
+  };
+  struct FinishedRun {
+    Clock::time_point at;
+    uint64_t seq = 0;
+  };
+  // Forget `runId` at `at` if it is still as it was when this was written (seq).
+  struct Retention {
+    Deadline at;
+    std::string runId;
+    uint64_t seq;
   };
   using Actions = std::vector<std::function<void()>>;
 
@@ -83,10 +109,21 @@ class RendezvousState {
   void failPending(Run& run, size_t index, absl::Status status, Actions& actions);
   void timerLoop();
   Deadline nextDeadline() const;
+  static bool idle(const Run& run);
+  // An idle run is forgotten after the retention time unless it is used again.
+  void noteIfIdle(const std::string& runId, Run& run);
+  // Moves a run whose job succeeded out of runs_ (the caller holds no reference into it).
+  void retire(std::map<std::string, Run>::iterator it);
+  // Forgets what is due (or beyond the cap). Not while iterating runs_.
+  void forgetDue();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  RunRetention retention_;
   std::map<std::string, Run> runs_;
+  std::map<std::string, FinishedRun> finished_;
+  std::deque<Retention> retentions_;  // in time order: the retention time is the same for all
+  uint64_t retentionSeq_ = 0;
   std::map<uint64_t, std::string> joinRuns_;     // join id -> run
   std::map<uint64_t, std::string> watcherRuns_;  // watcher id -> run
   uint64_t nextId_ = 1;

@@ -50,6 +50,16 @@ int main(int argc, char** argv) {
                  "most operations blocked on keys at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  double finishedRunTtlS = options.retention.ttl.count() / 1000.0;
+  app.add_option("--finished-run-ttl", finishedRunTtlS,
+                 "seconds a finished (or abandoned) run is remembered: late joins are told it "
+                 "finished; then its id may start a new run")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-finished-runs", options.retention.maxRuns,
+                 "most finished or abandoned runs remembered; the oldest are forgotten first")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error (or MUSTER_LOG_LEVEL)");
   try {
     app.parse(argc, argv);
@@ -69,6 +79,7 @@ int main(int argc, char** argv) {
                              logLevel));
   }
   if (tlsCert.empty() != tlsKey.empty()) return usage("--tls-cert and --tls-key go together");
+  options.retention.ttl = muster::Millis(static_cast<int64_t>(finishedRunTtlS * 1000));
   if (!tokenFile.empty()) {
     auto token = muster::readToken(tokenFile);
     if (!token.ok()) return usage(std::string(token.status().message()));

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->memory_ = std::make_shared<MemoryStore>(options.limits);
   server->service_ = std::make_unique<StoreService>(server->memory_, options.token);
-  server->rendezvous_ = std::make_unique<RendezvousService>(options.token, options.standalone);
+  server->rendezvous_ = std::make_unique<RendezvousService>(options.token, options.standalone,
+                                                            options.retention);
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options.tlsCertPem.empty()) {

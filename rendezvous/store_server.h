@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace grpc {
 class Server;
@@ -32,6 +33,8 @@ struct ServerOptions {
   bool announce = true;
   // rendezvousd: the service outlives the nodes (Assignment.standalone_service).
   bool standalone = false;
+  // How long finished and abandoned runs are remembered, and how many.
+  RunRetention retention;
   // Extra gRPC services to serve on the same port (the rendezvous service); not owned, must
   // outlive the server.
   std::vector<grpc::Service*> extraServices;

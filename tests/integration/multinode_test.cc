@@ -258,6 +258,28 @@ TEST_F(MultiNode, AJoinPendingWhenTheServiceStopsEndsAtOnceNamingIt) {
   EXPECT_LT(took, milliseconds(10000)) << a->stderrText();
 }
 
+// A run id is not spent for good: while the service remembers the finished run, a job with the
+// same --rdzv_id is told so (with when and how to go on); once it is forgotten
+// (--finished-run-ttl), the same id starts a new run. It said "has already finished" forever.
+TEST_F(MultiNode, ARunIdCanBeUsedAgainOnceTheFinishedRunIsForgotten) {
+  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0",
+                "--finished-run-ttl", "1"},
+               {"MUSTER_LOG_LEVEL=debug"});
+  auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
+  ASSERT_TRUE(line.has_value()) << daemon.stderrText();
+  std::string ok = script("exit 0\n");
+  auto first = node(elasticFlags("1", 1, (*line)[1]), ok);
+  EXPECT_EQ(first->wait(kRun)->code, 0) << first->stderrText();
+  auto second = node(elasticFlags("1", 1, (*line)[1]), ok);
+  EXPECT_EQ(second->wait(kRun)->code, 1) << second->stderrText();
+  EXPECT_NE(second->stderrText().find("run 'job7' has already finished"), std::string::npos)
+      << second->stderrText();
+  EXPECT_NE(second->stderrText().find("--finished-run-ttl"), std::string::npos) << second->stderrText();
+  ASSERT_TRUE(daemon.waitForLine("forgot finished run 'job7'", kRun).has_value()) << daemon.stderrText();
+  auto third = node(elasticFlags("1", 1, (*line)[1]), ok);
+  EXPECT_EQ(third->wait(kRun)->code, 0) << third->stderrText();
+}
+
 TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
   Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
