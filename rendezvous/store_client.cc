@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <deque>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,9 @@ auto logger() {
 constexpr Millis kAnswerGrace{2000};
 constexpr Millis kFirstBackoff{50};
 constexpr Millis kMaxBackoff{2000};
+// Sets (count, bytes) a session keeps for replay before it asks the server to confirm them.
+constexpr size_t kMaxUnacked = 4096;
+constexpr size_t kMaxUnackedBytes = size_t{64} << 20;
 
 std::chrono::system_clock::time_point toSystem(Deadline deadline) {
   if (deadline == kNoDeadline) return std::chrono::system_clock::time_point::max();
@@ -59,7 +63,8 @@ bool isTransport(const absl::Status& status) {
 // Broken for good once a read sees the end; the connection then opens a new one.
 class Session {
  public:
-  Session(pb::Store::Stub& stub, const std::string& token) {
+  Session(pb::Store::Stub& stub, const std::string& token, std::string peer)
+      : peer_(std::move(peer)) {
     if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, token);
     stream_ = stub.Session(&context_);
   }
@@ -86,9 +91,13 @@ class Session {
     pb::StoreResponse response;
     while (stream_->Read(&response)) {
       std::lock_guard<std::mutex> l(mu_);
-      noteQuietFailureLocked(response);
+      dispatchLocked(std::move(response));
     }
-    stream_->Finish();
+    grpc::Status ended = stream_->Finish();
+    if (!ended.ok() && !unacked_.empty()) {
+      logger()->error("store {}: the connection ended ({}) before {} set(s) were confirmed; they "
+                      "may be lost", peer_, ended.error_message(), unacked_.size());
+    }
     {
       std::lock_guard<std::mutex> l(watchMu);
       drained = true;
@@ -115,7 +124,15 @@ class Session {
       if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
     }
     request.set_quiet(true);
-    request.set_id(nextId_.fetch_add(1) | kQuietBit);
+    uint64_t seq = nextId_.fetch_add(1);
+    request.set_id(seq | kQuietBit);
+    {
+      // Kept until the server is known to have it: replayed on the next session should this
+      // stream break first (a set is safe to repeat).
+      std::lock_guard<std::mutex> lock(mu_);
+      unacked_.push_back({seq, request});
+      unackedBytes_ += request.ByteSizeLong();
+    }
     bool written;
     {
       std::lock_guard<std::mutex> w(writeMu_);
@@ -123,13 +140,67 @@ class Session {
     }
     if (!written) {
       // The stream has ended; without a reader to learn why, say so and let the connection
-      // open a new one.
+      // open a new one. The caller sends this request again there: it is not replayed too.
       std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
+        if (it->first == seq) {
+          unackedBytes_ -= std::min(unackedBytes_, it->second.ByteSizeLong());
+          unacked_.erase(it);
+          break;
+        }
+      }
       if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
       *transport = isTransport(brokenStatus_);
       return brokenStatus_;
     }
     return absl::OkStatus();
+  }
+
+  // Quiet requests written but not known to be applied: the server applies a session's
+  // requests in order, so any answer proves everything sent before it.
+  size_t unacked() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unacked_.size();
+  }
+  // Whether enough is kept that the server should confirm it now.
+  bool unackedFull() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unacked_.size() >= kMaxUnacked || unackedBytes_ >= kMaxUnackedBytes;
+  }
+  std::deque<pb::StoreRequest> takeUnacked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::deque<pb::StoreRequest> out;
+    for (auto& [seq, request] : unacked_) out.push_back(std::move(request));
+    unacked_.clear();
+    unackedBytes_ = 0;
+    return out;
+  }
+
+  // Sends `requests` (quiet, from a broken session) first on this new one, before anyone else
+  // uses it. Those a write does not take stay unacknowledged here, for the session after.
+  void replay(std::deque<pb::StoreRequest> requests) {
+    if (requests.empty()) return;
+    std::vector<const pb::StoreRequest*> toWrite;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& r : requests) {
+        uint64_t seq = nextId_.fetch_add(1);
+        r.set_id(seq | kQuietBit);
+        unackedBytes_ += r.ByteSizeLong();
+        unacked_.push_back({seq, std::move(r)});
+        toWrite.push_back(&unacked_.back().second);  // deque::push_back keeps references
+      }
+    }
+    logger()->info("store {}: sending again {} set(s) the lost connection may not have delivered",
+                   peer_, toWrite.size());
+    std::lock_guard<std::mutex> w(writeMu_);
+    for (const auto* r : toWrite) {
+      if (!stream_->Write(*r)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
+        return;
+      }
+    }
   }
 
   // Sends the request and waits for its answer. A transport failure comes back as UNAVAILABLE
@@ -211,6 +282,13 @@ class Session {
   }
 
   void dispatchLocked(pb::StoreResponse&& response) {
+    uint64_t seq = response.id() & ~kQuietBit;
+    // Answered (a call), or refused (a quiet failure): the server has dealt with everything
+    // this session sent before it.
+    while (!unacked_.empty() && unacked_.front().first <= seq) {
+      unackedBytes_ -= std::min(unackedBytes_, unacked_.front().second.ByteSizeLong());
+      unacked_.pop_front();
+    }
     if (response.id() & kQuietBit) {
       noteQuietFailureLocked(response);
       return;
@@ -245,6 +323,9 @@ class Session {
   absl::Status brokenStatus_;
   absl::Status deferred_;
   std::atomic<uint64_t> nextId_{1};
+  std::deque<std::pair<uint64_t, pb::StoreRequest>> unacked_;  // sequence, request
+  size_t unackedBytes_ = 0;
+  std::string peer_;
 };
 
 }  // namespace
@@ -281,6 +362,27 @@ class ClientConnection {
     stub_ = pb::Store::NewStub(channel_);
   }
 
+  // Sets not yet confirmed are confirmed before the connection goes (a round trip, at most a
+  // moment): a connection that broke under them is replaced and they are sent again, so a
+  // client that sets and exits at once loses none.
+  ~ClientConnection() {
+    static constexpr Millis kLastConfirm{2000};
+    bool owed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      owed = !replay_.empty() || (session_ && session_->unacked() > 0);
+    }
+    if (!owed) return;
+    pb::StoreRequest sync;
+    sync.mutable_info();
+    auto confirmed = execute(sync, deadlineAfter(kLastConfirm), true);
+    if (!confirmed.ok()) {
+      logger()->error("store {}: sets this client posted last were not confirmed before it "
+                      "closed; they may be lost: {}",
+                      options_.target, std::string(confirmed.status().message()));
+    }
+  }
+
   const std::string& target() const { return options_.target; }
 
   absl::Status waitConnected(Deadline deadline) {
@@ -293,10 +395,15 @@ class ClientConnection {
   absl::StatusOr<std::shared_ptr<Session>> session(Deadline deadline) {
     std::lock_guard<std::mutex> lock(mu_);
     if (session_ && !session_->broken()) return session_;
+    if (session_) {
+      auto lost = session_->takeUnacked();
+      for (auto& r : lost) replay_.push_back(std::move(r));
+    }
     session_.reset();
     auto status = waitConnected(deadline);
     if (!status.ok()) return status;
-    session_ = std::make_shared<Session>(*stub_, options_.token);
+    session_ = std::make_shared<Session>(*stub_, options_.token, options_.target);
+    session_->replay(std::exchange(replay_, {}));
     return session_;
   }
 
@@ -324,7 +431,16 @@ class ClientConnection {
       if (!session.ok()) return session.status();
       bool transport = false;
       absl::Status status = (*session)->post(request, &transport);
-      if (!transport) return status;
+      if (!transport) {
+        // Sets kept for replay are confirmed by any answer; a client that only sets asks for
+        // one now and then, so that they stay few.
+        if (status.ok() && (*session)->unackedFull()) {
+          pb::StoreRequest sync;
+          sync.mutable_info();
+          if (auto synced = execute(sync, deadline, true); !synced.ok()) return synced.status();
+        }
+        return status;
+      }
       Millis pause = jittered(backoff);
       if (deadline != kNoDeadline && Clock::now() + pause >= deadline) return status;
       std::this_thread::sleep_for(pause);
@@ -370,6 +486,8 @@ class ClientConnection {
   std::unique_ptr<pb::Store::Stub> stub_;
   std::mutex mu_;
   std::shared_ptr<Session> session_;
+  // Sets a broken session had not confirmed, until a new session takes them.
+  std::deque<pb::StoreRequest> replay_;
   StoreLimits limits_;  // the server's, once connect has asked; unlimited until then
 };
 

@@ -15,6 +15,7 @@
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/store_service.h"
+#include "tests/support/tcp_proxy.h"
 
 namespace muster::rendezvous {
 namespace {
@@ -64,6 +65,55 @@ pb::StoreRequest getRequest(uint64_t id, const std::string& key, uint64_t timeou
   req.set_timeout_ms(timeoutMs);
   req.mutable_get()->set_key(key);
   return req;
+}
+
+// A set is posted (write-behind: the client does not wait), and the connection breaks before
+// the server has it. The client sends it again on its new connection: no set is lost. It used
+// to reconnect and never resend; another rank then waited for the key until its deadline.
+TEST(StoreServer, ASetLostWithItsConnectionIsSentAgain) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  testing::TcpProxy proxy(server->port());
+  auto client = StoreClient::connect({.target = "127.0.0.1:" + std::to_string(proxy.port()), .ns = "job/0"},
+                                     deadlineAfter(Millis(10000)));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->set("before", "1").ok());
+  ASSERT_EQ((*client)->get("before", deadlineAfter(Millis(5000))).value(), "1");
+  proxy.hold();
+  ASSERT_TRUE((*client)->set("lost", "v").ok());
+  ASSERT_TRUE((*client)->multiSet({"a", "b"}, {"1", "2"}).ok());
+  ASSERT_TRUE(eventually([&] { return proxy.held() > 0; })) << "the sets never left the client";
+  proxy.dropAll();
+  // Another client, straight to the server, waits for what was posted.
+  auto other = connectTo(*server, {.ns = "job/0"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  // The poster's next operation finds the connection gone, reconnects and sends the sets again
+  // first.
+  EXPECT_TRUE((*client)->check({"before"}).value());
+  auto values = (*other)->multiGet({"lost", "a", "b"}, deadlineAfter(Millis(10000)));
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(*values, (std::vector<std::string>{"v", "1", "2"}));
+}
+
+// A client that posts a set and goes away at once, its connection broken under it: the set is
+// sent again on a new connection before the client is gone.
+TEST(StoreServer, ASetLostJustBeforeTheClientEndsIsSentAgainFirst) {
+  auto server = startServer();
+  ASSERT_NE(server, nullptr);
+  testing::TcpProxy proxy(server->port());
+  {
+    auto client = StoreClient::connect({.target = "127.0.0.1:" + std::to_string(proxy.port()), .ns = "job/0"},
+                                       deadlineAfter(Millis(10000)));
+    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_TRUE((*client)->numKeys().ok());
+    proxy.hold();
+    ASSERT_TRUE((*client)->set("last words", "bye").ok());
+    ASSERT_TRUE(eventually([&] { return proxy.held() > 0; }));
+    proxy.dropAll();
+  }  // the client goes at once
+  auto other = connectTo(*server, {.ns = "job/0"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ((*other)->get("last words", deadlineAfter(Millis(5000))).value(), "bye");
 }
 
 TEST(StoreServer, SixtyFourClientsAddingConcurrentlyGetTheExactTotal) {
