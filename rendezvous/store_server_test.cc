@@ -67,6 +67,12 @@ pb::StoreRequest getRequest(uint64_t id, const std::string& key, uint64_t timeou
   return req;
 }
 
+// A client of namespace job/0 whose connection passes through `proxy`.
+absl::StatusOr<std::unique_ptr<StoreClient>> throughProxy(const testing::TcpProxy& proxy) {
+  return StoreClient::connect({.target = "127.0.0.1:" + std::to_string(proxy.port()), .ns = "job/0"},
+                              deadlineAfter(Millis(10000)));
+}
+
 // A set is posted (write-behind: the client does not wait), and the connection breaks before
 // the server has it. The client sends it again on its new connection: no set is lost. It used
 // to reconnect and never resend; another rank then waited for the key until its deadline.
@@ -74,8 +80,7 @@ TEST(StoreServer, ASetLostWithItsConnectionIsSentAgain) {
   auto server = startServer();
   ASSERT_NE(server, nullptr);
   testing::TcpProxy proxy(server->port());
-  auto client = StoreClient::connect({.target = "127.0.0.1:" + std::to_string(proxy.port()), .ns = "job/0"},
-                                     deadlineAfter(Millis(10000)));
+  auto client = throughProxy(proxy);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->set("before", "1").ok());
   ASSERT_EQ((*client)->get("before", deadlineAfter(Millis(5000))).value(), "1");
@@ -102,8 +107,7 @@ TEST(StoreServer, ASetLostJustBeforeTheClientEndsIsSentAgainFirst) {
   ASSERT_NE(server, nullptr);
   testing::TcpProxy proxy(server->port());
   {
-    auto client = StoreClient::connect({.target = "127.0.0.1:" + std::to_string(proxy.port()), .ns = "job/0"},
-                                       deadlineAfter(Millis(10000)));
+    auto client = throughProxy(proxy);
     ASSERT_TRUE(client.ok()) << client.status();
     ASSERT_TRUE((*client)->numKeys().ok());
     proxy.hold();
