@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 
 namespace muster::rendezvous {
@@ -26,10 +27,11 @@ bool fail(pb::StoreResponse& resp, int code, std::string message) {
   return false;
 }
 
+// A key in a message: C-escaped (keys are any bytes), the first 64 bytes of a long one.
 std::string quoted(const std::string& key) {
   constexpr size_t kShown = 64;
-  if (key.size() <= kShown) return "'" + key + "'";
-  return "'" + key.substr(0, kShown) + "...'";
+  if (key.size() <= kShown) return "'" + absl::CHexEscape(key) + "'";
+  return "'" + absl::CHexEscape(key.substr(0, kShown)) + "...'";
 }
 
 std::string keyList(const std::vector<std::string>& keys) {
@@ -192,6 +194,13 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
                 fmt::format("{} operations already wait for keys; max_waiters={}",
                             waiters_.size(), limits_.maxWaiters));
   }
+  if (auto job = jobs_.find(jobOf(req.ns()));
+      job != jobs_.end() && job->second.waiters >= limits_.maxJobWaiters) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("job {} is at its quota: {} of its operations already wait for keys; "
+                            "max_job_waiters={}",
+                            quoted(jobOf(req.ns())), job->second.waiters, limits_.maxJobWaiters));
+  }
   WaiterId id = nextWaiter_++;
   w.ns = req.ns();
   w.requestId = req.id();
@@ -204,6 +213,7 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
     timeouts_.emplace(w.deadline, id);
     if (earliest) timerCv_.notify_one();
   }
+  account(req.ns(), 0, 0, 1);
   waiters_.emplace(id, std::move(w));
   return true;
 }
@@ -268,6 +278,7 @@ MemoryStore::Completion MemoryStore::detach(WaiterId id) {
     }
   }
   if (w.deadline != kNoDeadline) timeouts_.erase({w.deadline, id});
+  account(w.ns, 0, 0, -1);
   Completion done = std::move(w.done);
   waiters_.erase(it);
   return done;
@@ -295,19 +306,51 @@ void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& re
   }
 }
 
+std::string MemoryStore::jobOf(const std::string& ns) { return ns.substr(0, ns.find('/')); }
+
+bool MemoryStore::roomFor(const std::string& ns, const std::string& what, int64_t bytes,
+                          int64_t keys, pb::StoreResponse& resp) const {
+  if (bytes > 0 && totalBytes_ + static_cast<size_t>(bytes) > limits_.maxTotalBytes) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("store is full: {} needs {} more bytes, {} of max_total_bytes={} are "
+                            "in use",
+                            what, bytes, totalBytes_, limits_.maxTotalBytes));
+  }
+  auto job = jobs_.find(jobOf(ns));
+  JobUsage used = job == jobs_.end() ? JobUsage{} : job->second;
+  if (bytes > 0 && used.bytes + static_cast<size_t>(bytes) > limits_.maxJobBytes) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("job {} is at its quota: {} needs {} more bytes, {} of "
+                            "max_job_bytes={} are in use",
+                            quoted(jobOf(ns)), what, bytes, used.bytes, limits_.maxJobBytes));
+  }
+  if (keys > 0 && used.keys + static_cast<size_t>(keys) > limits_.maxJobKeys) {
+    return fail(resp, kResourceExhausted,
+                fmt::format("job {} is at its quota: {} needs {} more key(s), {} of "
+                            "max_job_keys={} are in use",
+                            quoted(jobOf(ns)), what, keys, used.keys, limits_.maxJobKeys));
+  }
+  return true;
+}
+
+void MemoryStore::account(const std::string& ns, int64_t bytes, int64_t keys, int64_t waiters) {
+  totalBytes_ = static_cast<size_t>(static_cast<int64_t>(totalBytes_) + bytes);
+  std::string job = jobOf(ns);
+  JobUsage& used = jobs_[job];
+  used.bytes = static_cast<size_t>(static_cast<int64_t>(used.bytes) + bytes);
+  used.keys = static_cast<size_t>(static_cast<int64_t>(used.keys) + keys);
+  used.waiters = static_cast<size_t>(static_cast<int64_t>(used.waiters) + waiters);
+  if (used.bytes == 0 && used.keys == 0 && used.waiters == 0) jobs_.erase(job);
+}
+
 bool MemoryStore::setLocked(Namespace& space, const std::string& ns, const std::string& key,
                             std::string value, pb::StoreResponse& resp, Ready& ready) {
-  (void)ns;
   auto it = space.kv.find(key);
-  size_t oldBytes = it == space.kv.end() ? 0 : key.size() + it->second.size();
-  size_t newBytes = key.size() + value.size();
-  if (totalBytes_ - oldBytes + newBytes > limits_.maxTotalBytes) {
-    return fail(resp, kResourceExhausted,
-                fmt::format("store is full: setting {} needs {} bytes, {} of max_total_bytes={} "
-                            "are in use",
-                            quoted(key), newBytes, totalBytes_, limits_.maxTotalBytes));
-  }
-  totalBytes_ = totalBytes_ - oldBytes + newBytes;
+  bool fresh = it == space.kv.end() && space.queues.count(key) == 0;
+  int64_t oldBytes = it == space.kv.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+  int64_t delta = static_cast<int64_t>(key.size() + value.size()) - oldBytes;
+  if (!roomFor(ns, "setting " + quoted(key), delta, fresh ? 1 : 0, resp)) return false;
+  account(ns, delta, fresh ? 1 : 0);
   if (it == space.kv.end()) {
     space.kv.emplace(key, std::move(value));
     keyArrived(space, key, ready);
@@ -385,7 +428,8 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
         resp.set_number(0);
         return;
       }
-      totalBytes_ -= key.size() + it->second.size();
+      account(req.ns(), -static_cast<int64_t>(key.size() + it->second.size()),
+              space.queues.count(key) ? 0 : -1);
       space.kv.erase(it);
       resp.set_number(1);
       return;
@@ -396,19 +440,15 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     case pb::StoreRequest::kMultiSet: {
       const auto& op = req.multi_set();
       // Check the room first so that a rejected call changes nothing.
-      int64_t delta = 0;
+      int64_t delta = 0, fresh = 0;
+      std::unordered_set<std::string> seen;
       for (int i = 0; i < op.keys_size(); ++i) {
         auto it = space.kv.find(op.keys(i));
         delta += static_cast<int64_t>(op.keys(i).size() + op.values(i).size());
         if (it != space.kv.end()) delta -= static_cast<int64_t>(op.keys(i).size() + it->second.size());
+        if (it == space.kv.end() && !space.queues.count(op.keys(i)) && seen.insert(op.keys(i)).second) ++fresh;
       }
-      if (delta > 0 && totalBytes_ + static_cast<size_t>(delta) > limits_.maxTotalBytes) {
-        fail(resp, kResourceExhausted,
-             fmt::format("store is full: multi_set needs {} more bytes, {} of max_total_bytes={} "
-                         "are in use",
-                         delta, totalBytes_, limits_.maxTotalBytes));
-        return;
-      }
+      if (!roomFor(req.ns(), "multi_set", delta, fresh, resp)) return;
       for (int i = 0; i < op.keys_size(); ++i) {
         setLocked(space, req.ns(), op.keys(i), op.values(i), resp, ready);
       }
@@ -433,15 +473,12 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     }
     case pb::StoreRequest::kQueuePush: {
       const auto& op = req.queue_push();
-      size_t bytes = op.key().size() + op.value().size();
-      if (totalBytes_ + bytes > limits_.maxTotalBytes) {
-        fail(resp, kResourceExhausted,
-             fmt::format("store is full: pushing to queue {} needs {} bytes, {} of "
-                         "max_total_bytes={} are in use",
-                         quoted(op.key()), bytes, totalBytes_, limits_.maxTotalBytes));
+      int64_t bytes = static_cast<int64_t>(op.key().size() + op.value().size());
+      bool fresh = !space.queues.count(op.key()) && !space.kv.count(op.key());
+      if (!roomFor(req.ns(), "pushing to queue " + quoted(op.key()), bytes, fresh ? 1 : 0, resp)) {
         return;
       }
-      totalBytes_ += bytes;
+      account(req.ns(), bytes, fresh ? 1 : 0);
       auto& queue = space.queues[op.key()];
       queue.push_back(op.value());
       keyArrived(space, op.key(), ready, /*onlyOne=*/true);
@@ -455,7 +492,8 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
         return;
       }
       resp.set_queue_length(static_cast<int64_t>(it->second.size()));
-      totalBytes_ -= key.size() + it->second.front().size();
+      bool last = it->second.size() == 1 && !space.kv.count(key);
+      account(req.ns(), -static_cast<int64_t>(key.size() + it->second.front().size()), last ? -1 : 0);
       resp.set_value(std::move(it->second.front()));
       it->second.pop_front();
       if (it->second.empty()) space.queues.erase(it);
@@ -481,11 +519,17 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
     }
     case pb::StoreRequest::kClear: {
       int64_t removed = static_cast<int64_t>(space.kv.size());
-      for (const auto& [key, value] : space.kv) totalBytes_ -= key.size() + value.size();
-      space.kv.clear();
-      for (const auto& [key, queue] : space.queues) {
-        for (const auto& value : queue) totalBytes_ -= key.size() + value.size();
+      int64_t bytes = 0, keys = 0;
+      for (const auto& [key, value] : space.kv) {
+        bytes += static_cast<int64_t>(key.size() + value.size());
+        ++keys;
       }
+      for (const auto& [key, queue] : space.queues) {
+        for (const auto& value : queue) bytes += static_cast<int64_t>(key.size() + value.size());
+        if (!space.kv.count(key)) ++keys;
+      }
+      account(req.ns(), -bytes, -keys);
+      space.kv.clear();
       space.queues.clear();
       resp.set_number(removed);
       if (space.watchers.empty()) spaces_.erase(req.ns());

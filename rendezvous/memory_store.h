@@ -24,14 +24,21 @@ namespace muster::rendezvous {
 namespace pb = ::muster::v1;
 
 // Caps that keep one client from taking the store down. Over a cap the request fails with
-// INVALID_ARGUMENT (key, value, keys per call) or RESOURCE_EXHAUSTED (total bytes, waiters),
-// with a message that names the cap; other clients are not affected.
+// INVALID_ARGUMENT (key, value, keys per call) or RESOURCE_EXHAUSTED (total bytes, waiters,
+// a job's quota), with a message that names the cap and its numbers; other clients are not
+// affected.
 struct StoreLimits {
   size_t maxKeyBytes = 4096;
   size_t maxValueBytes = 64u << 20;
   size_t maxKeysPerCall = 16384;
   size_t maxTotalBytes = size_t{2} << 30;
   size_t maxWaiters = 1'000'000;
+  // Per job: what the namespaces of one job (a namespace's part before its first '/': the run
+  // id, as "<run id>/<round>") may hold together, so that one job cannot use up the store for
+  // the others. Unlimited by default (launch's own store serves one job); rendezvousd sets them.
+  size_t maxJobBytes = SIZE_MAX;
+  size_t maxJobKeys = SIZE_MAX;
+  size_t maxJobWaiters = SIZE_MAX;
   // The most one answer may carry (multi_get naming a large key many times, list).
   size_t maxReplyBytes = 256u << 20;
 };
@@ -107,6 +114,17 @@ class MemoryStore {
   void fillValues(const Namespace& space, const Waiter& w, pb::StoreResponse& resp) const;
   Completion detach(WaiterId id);
   void timerLoop();
+  // What one job holds (its namespaces together).
+  struct JobUsage {
+    size_t bytes = 0, keys = 0, waiters = 0;
+  };
+  static std::string jobOf(const std::string& ns);
+  // Whether `ns` may grow by `bytes` and `keys` (either may be negative or 0); if not, `resp`
+  // says which cap, with its numbers. `what`: "setting \"k\"", for the message.
+  bool roomFor(const std::string& ns, const std::string& what, int64_t bytes, int64_t keys,
+               pb::StoreResponse& resp) const;
+  // Books the change in the store's total and the job's usage.
+  void account(const std::string& ns, int64_t bytes, int64_t keys, int64_t waiters = 0);
 
   const StoreLimits limits_;
   mutable std::mutex mu_;
@@ -116,6 +134,7 @@ class MemoryStore {
   std::set<std::pair<Deadline, WaiterId>> timeouts_;
   WaiterId nextWaiter_ = 1;
   size_t totalBytes_ = 0;
+  std::unordered_map<std::string, JobUsage> jobs_;  // jobs holding anything
   bool shutdown_ = false;
   std::thread timer_;
 };

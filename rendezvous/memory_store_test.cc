@@ -101,6 +101,57 @@ TEST(MemoryStore, WaiterCapSaysResourceExhausted) {
   EXPECT_NE(third.message().find("max_waiters=2"), std::string::npos) << third.message();
 }
 
+// Runs one request in namespace `ns` and returns its answer (it must answer at once).
+pb::StoreResponse runIn(MemoryStore& store, const std::string& ns, pb::StoreRequest req) {
+  req.set_ns(ns);
+  pb::StoreResponse out;
+  out.set_code(-1);
+  store.execute(req, [&](pb::StoreResponse&& r) { out = std::move(r); });
+  return out;
+}
+
+// One job at its quota is refused, naming the quota and its numbers; another job (and the
+// store as a whole) is not affected, and what the job frees is its to use again.
+TEST(MemoryStore, AJobAtItsQuotaIsRefusedAndOtherJobsAreNot) {
+  StoreLimits limits;
+  limits.maxJobBytes = 100;
+  limits.maxJobKeys = 3;
+  limits.maxJobWaiters = 1;
+  MemoryStore store(limits);
+  // Bytes: job "a" (its namespaces a/0 and a/1 together).
+  EXPECT_EQ(runIn(store, "a/0", set("k1", std::string(60, 'x'))).code(), 0);
+  auto full = runIn(store, "a/1", set("k2", std::string(60, 'x')));
+  EXPECT_EQ(full.code(), 8);
+  EXPECT_NE(full.message().find("job 'a' is at its quota"), std::string::npos) << full.message();
+  EXPECT_NE(full.message().find("62 more bytes, 62 of max_job_bytes=100"), std::string::npos)
+      << full.message();
+  EXPECT_EQ(runIn(store, "b/0", set("k2", std::string(60, 'x'))).code(), 0) << "job b is not a's";
+  // Overwriting with a smaller value needs no room.
+  EXPECT_EQ(runIn(store, "a/0", set("k1", "small")).code(), 0);
+  // Keys.
+  EXPECT_EQ(runIn(store, "a/1", set("k2", "v")).code(), 0);
+  EXPECT_EQ(runIn(store, "a/1", set("k3", "v")).code(), 0);
+  auto keys = runIn(store, "a/1", set("k4", "v"));
+  EXPECT_EQ(keys.code(), 8);
+  EXPECT_NE(keys.message().find("max_job_keys=3"), std::string::npos) << keys.message();
+  // Waiters.
+  store.execute([] {
+    auto r = get("never", 0);
+    r.set_ns("a/2");
+    return r;
+  }(), [](pb::StoreResponse&&) {});
+  auto waiter = runIn(store, "a/2", get("never2", 0));
+  EXPECT_EQ(waiter.code(), 8);
+  EXPECT_NE(waiter.message().find("max_job_waiters=1"), std::string::npos) << waiter.message();
+  auto other = runIn(store, "b/1", get("k2", 0, 9));
+  EXPECT_EQ(other.code(), -1) << "job b's get parks: it is not over a's quota";
+  // Clearing a round gives the job its room back.
+  pb::StoreRequest clear;
+  clear.mutable_clear();
+  EXPECT_EQ(runIn(store, "a/1", clear).code(), 0);
+  EXPECT_EQ(runIn(store, "a/1", set("k4", "v")).code(), 0);
+}
+
 TEST(MemoryStore, ShutdownEndsEveryWaiterAndRefusesNewRequests) {
   MemoryStore store;
   std::vector<pb::StoreResponse> answers;

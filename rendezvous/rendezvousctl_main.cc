@@ -157,7 +157,9 @@ int main(int argc, char** argv) {
   if (!client.ok()) return failed(client.status());
   auto& store = **client;
   if (*set) {
+    // A set is posted without waiting; the tool's answer is whether the store took it.
     auto s = store.set(key, value);
+    if (s.ok()) s = store.flush(deadline);
     return s.ok() ? 0 : failed(s);
   }
   if (*get) {

@@ -50,6 +50,21 @@ int main(int argc, char** argv) {
                  "most operations blocked on keys at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  // Per job (a namespace's run id): one job cannot use up the store for the others.
+  options.limits.maxJobBytes = options.limits.maxTotalBytes / 2;
+  options.limits.maxJobKeys = 1'000'000;
+  options.limits.maxJobWaiters = 100'000;
+  app.add_option("--max-job-bytes", options.limits.maxJobBytes,
+                 "most bytes of keys and values one job (run id) holds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-job-keys", options.limits.maxJobKeys, "most keys one job holds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-job-waiters", options.limits.maxJobWaiters,
+                 "most of one job's operations blocked on keys at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   double finishedRunTtlS = options.retention.ttl.count() / 1000.0;
   app.add_option("--finished-run-ttl", finishedRunTtlS,
                  "seconds a finished (or abandoned) run is remembered: late joins are told it "

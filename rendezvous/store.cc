@@ -173,4 +173,9 @@ absl::StatusOr<pb::ServerInfo> Store::info() {
   return std::move(*resp->mutable_info());
 }
 
+absl::Status Store::flush(Deadline deadline) {
+  (void)deadline;
+  return absl::OkStatus();
+}
+
 }  // namespace muster::rendezvous

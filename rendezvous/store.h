@@ -58,6 +58,10 @@ class Store {
   absl::StatusOr<int64_t> clear();
   // The server's limits and version.
   absl::StatusOr<pb::ServerInfo> info();
+  // Waits until the server has every set this view's connection posted, and returns the first
+  // it refused (a limit, a quota), or OK. A store that applies sets at once has nothing to
+  // wait for.
+  virtual absl::Status flush(Deadline deadline);
 
  protected:
   // Runs one request (its ns is already set) and returns the server's response, whose code is

@@ -162,6 +162,11 @@ class Session {
     std::lock_guard<std::mutex> lock(mu_);
     return unacked_.size();
   }
+  // The first refusal of a quiet request not yet returned to anyone.
+  absl::Status takeDeferred() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(deferred_, absl::OkStatus());
+  }
   // Whether enough is kept that the server should confirm it now.
   bool unackedFull() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -448,6 +453,17 @@ class ClientConnection {
     }
   }
 
+  // A round trip: every set posted before it is applied (or refused) once it is answered.
+  absl::Status flush(Deadline deadline) {
+    pb::StoreRequest sync;
+    sync.mutable_info();
+    auto answered = execute(sync, deadline, true);
+    if (!answered.ok()) return answered.status();
+    auto session = this->session(deadline);
+    if (!session.ok()) return session.status();
+    return (*session)->takeDeferred();
+  }
+
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request, Deadline deadline,
                                             bool retryable) {
     bool blocking = request.timeout_ms() != 0;
@@ -527,6 +543,8 @@ absl::Status StoreClient::post(pb::StoreRequest& request) {
   request.set_ns(ns_);
   return connection_->post(request, quickDeadline());
 }
+
+absl::Status StoreClient::flush(Deadline deadline) { return connection_->flush(deadline); }
 
 absl::StatusOr<pb::StoreResponse> StoreClient::execute(pb::StoreRequest& request,
                                                        Deadline deadline) {

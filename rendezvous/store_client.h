@@ -37,6 +37,7 @@ class StoreClient : public Store {
   const std::string& target() const;
   // A view of another namespace over the same connection.
   std::unique_ptr<StoreClient> withNamespace(std::string ns) const;
+  absl::Status flush(Deadline deadline) override;
 
  protected:
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request,

@@ -281,6 +281,19 @@ TYPED_TEST(StoreConformance, SetIsVisibleToTheNextOperationAtOnce) {
   EXPECT_TRUE(this->store->check({"other"}).value());
 }
 
+// flush() returns once every set is applied, with the first one refused: a tool (rendezvousctl
+// set) or a rank that must know its sets landed asks for it.
+TYPED_TEST(StoreConformance, FlushSaysWhetherEverySetLanded) {
+  ASSERT_TRUE(this->store->set("a", "1").ok());
+  EXPECT_TRUE(this->store->flush(deadlineAfter(Millis(5000))).ok());
+  std::string chunk(1 << 20, 'x');
+  absl::Status status;
+  for (int i = 0; i < 8 && status.ok(); ++i) status = this->store->set("chunk" + std::to_string(i), chunk);
+  if (status.ok()) status = this->store->flush(deadlineAfter(Millis(5000)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(this->store->flush(deadlineAfter(Millis(5000))).ok()) << "a refusal is said once";
+}
+
 TYPED_TEST(StoreConformance, InfoReportsTheLimits) {
   auto info = this->store->info();
   ASSERT_TRUE(info.ok()) << info.status();

@@ -279,6 +279,26 @@ TEST(Rendezvousd, RunningOutOfDescriptorsIsSurvivedOrEndsForTheSupervisor) {
   EXPECT_TRUE(line.has_value()) << d.child->stderrText();
 }
 
+// One job at its quota while another keeps working: limits were global, so one job could use
+// up max_total_bytes for every other job on the daemon.
+TEST(Rendezvousd, AJobAtItsQuotaIsRefusedWhileAnotherKeepsWorking) {
+  Daemon d({"--max-job-bytes", "100"});
+  ASSERT_GT(d.port, 0) << d.child->stderrText();
+  std::string sixty(60, 'x');
+  auto setIn = [&](const std::string& ns, const std::string& key) {
+    Child c({ctl(), "--addr", d.address, "--ns", ns, "set", key, sixty});
+    auto exit = c.wait(kStart);
+    return std::make_pair(exit ? exit->code : -1, c.stderrText());
+  };
+  EXPECT_EQ(setIn("job-a/0", "k1").first, 0);
+  auto [code, err] = setIn("job-a/1", "k2");
+  EXPECT_EQ(code, 1) << err;
+  EXPECT_NE(err.find("job 'job-a' is at its quota"), std::string::npos) << err;
+  EXPECT_NE(err.find("max_job_bytes=100"), std::string::npos) << err;
+  EXPECT_EQ(setIn("job-b/0", "k1").first, 0) << "job-b is not job-a";
+  EXPECT_EQ(setIn("job-b/0", "k1").first, 0);
+}
+
 TEST(Rendezvousctl, AnUnknownFlagIsNamedAndNoSubcommandIsSaid) {
   Child bogus({ctl(), "--bogus"});
   ASSERT_EQ(bogus.wait(kStart)->code, 2);
