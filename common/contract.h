@@ -15,6 +15,10 @@ namespace muster::contract {
 inline constexpr const char* kStoreAddr = "MUSTER_STORE_ADDR";            // host:port of the gRPC store
 inline constexpr const char* kStoreNamespace = "MUSTER_STORE_NAMESPACE";  // roundNamespace() below
 inline constexpr const char* kStoreTokenFile = "MUSTER_STORE_TOKEN_FILE"; // the store's token, if any
+// The store speaks TLS (a rendezvousd with a certificate): the CA's PEM file, and the name to
+// check in its certificate when it is not the address's host.
+inline constexpr const char* kStoreTlsCa = "MUSTER_STORE_TLS_CA";
+inline constexpr const char* kStoreTlsServerName = "MUSTER_STORE_TLS_SERVER_NAME";
 inline constexpr const char* kSharedDir = "MUSTER_SHARED_DIR";            // the channel's directory
 inline constexpr const char* kRunDir = "MUSTER_RUN_DIR";                  // this node's logs of the job
 inline constexpr const char* kJobId = "MUSTER_JOB_ID";                    // the job's name in kSharedDir

@@ -122,7 +122,17 @@ absl::Status Agent::prepareMultiNode() {
     }
     host = options_.rdzvHost;
     port = options_.rdzvPort;
-    hostsStore_ = options_.rdzvConf.isHost.value_or(port == 0 || net::isLocalHost(host));
+    // A TLS endpoint is a rendezvousd: launch's own rendezvous speaks plaintext.
+    hostsStore_ = options_.rdzvTlsCa.empty() &&
+                  options_.rdzvConf.isHost.value_or(port == 0 || net::isLocalHost(host));
+  }
+  if (!options_.rdzvTlsCa.empty()) {
+    auto ca = readFile(options_.rdzvTlsCa, "TLS CA");
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--rdzv_tls_ca: {}", std::string(ca.status().message())));
+    }
+    tlsCaPem_ = *ca;
   }
   endpoint_ = rendezvous::joinHostPort(host, port);
   if (hostsStore_) {
@@ -156,7 +166,8 @@ absl::Status Agent::prepareMultiNode() {
   node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;
   node.minNodes = options_.minNodes;
   node.maxNodes = options_.maxNodes;
-  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, node, options_.rdzvConf);
+  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, node, options_.rdzvConf,
+                                           tlsCaPem_, options_.rdzvTlsServerName);
   logger()->info("node {} ({}) joins run '{}' at {}{}", node.nodeId, node.host, layout_.runId,
                  endpoint_, hostsStore_ ? " (hosted here)" : "");
   if (options_.agentStore) {
@@ -219,6 +230,8 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   }
   SharedDirProbe probe{.endpoint = endpoint_,
                        .token = layout_.token,
+                       .tlsCaPem = tlsCaPem_,
+                       .tlsServerName = options_.rdzvTlsServerName,
                        .storeNamespace = fmt::format("{}/{}/probe", layout_.runId, at_.round),
                        .file = (fs::path(layout_.sharedDir) / layout_.jobId / fmt::format(".node-probe-{}", at_.round)).string(),
                        .sharedDir = layout_.sharedDir,

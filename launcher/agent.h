@@ -113,6 +113,7 @@ class Agent {
   bool multiNode_ = false;
   bool hostsStore_ = false;
   std::string endpoint_;  // muster's store: in-process (one node), node 0's or a rendezvousd
+  std::string tlsCaPem_;  // --rdzv_tls_ca's certificate: TLS to the rendezvousd
   std::unique_ptr<NodeRendezvous> rdzv_;
   std::thread probeThread_;
   std::atomic<bool> probeCancelled_{false};

@@ -25,8 +25,13 @@ constexpr Millis kFirstBackoff{50}, kMaxBackoff{1000};
 
 NodeRendezvous::NodeRendezvous(asio::io_context& io, const std::string& endpoint,
                                const std::string& token, Node node,
-                               LaunchOptions::RdzvConf conf)
-    : io_(io), node_(std::move(node)), conf_(conf), client_(endpoint, token), retryTimer_(io) {}
+                               LaunchOptions::RdzvConf conf, const std::string& tlsCaPem,
+                               const std::string& tlsServerName)
+    : io_(io),
+      node_(std::move(node)),
+      conf_(conf),
+      client_(endpoint, token, tlsCaPem, tlsServerName),
+      retryTimer_(io) {}
 
 NodeRendezvous::~NodeRendezvous() {
   *alive_ = false;

@@ -31,8 +31,10 @@ class NodeRendezvous {
     int minNodes = 1, maxNodes = 1;
   };
 
+  // `tlsCaPem` not empty: TLS to the service (see RendezvousClient).
   NodeRendezvous(boost::asio::io_context& io, const std::string& endpoint,
-                 const std::string& token, Node node, LaunchOptions::RdzvConf conf);
+                 const std::string& token, Node node, LaunchOptions::RdzvConf conf,
+                 const std::string& tlsCaPem = "", const std::string& tlsServerName = "");
   ~NodeRendezvous();
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;

@@ -303,6 +303,13 @@ std::vector<Flag> flagTable() {
                "kernel state and launch exits without it (default 30)"});
   t.push_back({{"--shared_dir", "--shared-dir"}, "MUSTER_SHARED_DIR", true,
                str(&LaunchOptions::sharedDir), "directory every rank can read (MUSTER_SHARED_DIR)"});
+  t.push_back({{"--rdzv_tls_ca", "--rdzv-tls-ca"}, "MUSTER_RDZV_TLS_CA", true,
+               str(&LaunchOptions::rdzvTlsCa),
+               "PEM file of the CA that signed a rendezvousd's TLS certificate: join it over TLS "
+               "(the workers reach its store the same way)"});
+  t.push_back({{"--rdzv_tls_server_name", "--rdzv-tls-server-name"}, "MUSTER_RDZV_TLS_SERVER_NAME",
+               true, str(&LaunchOptions::rdzvTlsServerName),
+               "name to check in the rendezvousd's certificate (default: the endpoint's host)"});
   t.push_back({{"--worker_store", "--worker-store"}, "MUSTER_WORKER_STORE", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
                  if (v != "agent" && v != "rank0") return bad("--worker_store", v, "agent or rank0");
@@ -696,6 +703,11 @@ absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string,
           o.rdzvEndpoint, o.minNodes == o.maxNodes ? std::to_string(o.maxNodes)
                                                    : fmt::format("{}:{}", o.minNodes, o.maxNodes)));
     }
+  }
+  if (!o.rdzvTlsCa.empty() && (o.rdzvBackend == "static" || o.rdzvEndpoint.empty())) {
+    return absl::InvalidArgumentError(
+        "--rdzv_tls_ca joins a rendezvousd over TLS: give it with --rdzv_backend=c10d "
+        "--rdzv_endpoint=HOST:PORT (node 0's own rendezvous speaks plaintext)");
   }
   if (o.rdzvBackend == "static" && o.minNodes != o.maxNodes) {
     return absl::InvalidArgumentError(fmt::format(

@@ -83,6 +83,10 @@ struct LaunchOptions {
   double gracePeriodS = 30;  // SIGTERM -> SIGKILL (--shutdown_timeout, --grace_period)
   double killTimeoutS = 30;  // SIGKILL -> giving up on a worker stuck in the kernel
   std::string sharedDir;
+  // A rendezvousd with TLS: the CA that signed its certificate (a PEM file), and the name to
+  // check in it ("" for the endpoint's host).
+  std::string rdzvTlsCa;
+  std::string rdzvTlsServerName;
   std::string logLevel;
   bool slurm = true;  // --slurm=auto (default) or off
   // The workers' c10d store: launch's agent store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE

@@ -193,6 +193,7 @@ TEST_P(LaunchBadFlags, OneLineNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Flags, LaunchBadFlags,
     ::testing::Values(BadCase{{"--bogus", "p"}, "unknown flag --bogus"},
+                      BadCase{{"--rdzv_tls_ca=/etc/ssl/ca.pem", "p"}, "--rdzv_tls_ca joins a rendezvousd"},
                       BadCase{{"--nproc_per_node=0", "p"}, "--nproc_per_node=0"},
                       BadCase{{"--nproc_per_node=many", "p"}, "--nproc_per_node=many"},
                       BadCase{{"--nnodes=a:b", "p"}, "--nnodes=a:b is invalid"},

@@ -40,7 +40,11 @@ struct StatusResult {
 
 absl::Status probeSharedDir(const SharedDirProbe& probe, const std::atomic<bool>& cancelled) {
   Deadline deadline = deadlineAfter(probe.timeout);
-  rendezvous::ClientOptions options{.target = probe.endpoint, .ns = probe.storeNamespace, .token = probe.token};
+  rendezvous::ClientOptions options{.target = probe.endpoint,
+                                    .ns = probe.storeNamespace,
+                                    .token = probe.token,
+                                    .tlsCaPem = probe.tlsCaPem,
+                                    .tlsServerName = probe.tlsServerName};
   auto store = sliced([&](Deadline d) { return rendezvous::StoreClient::connect(options, d); }, deadline, cancelled);
   if (!store.ok()) return store.status();
   auto& s = **store;

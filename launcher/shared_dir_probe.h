@@ -12,6 +12,7 @@ namespace muster::launcher {
 
 struct SharedDirProbe {
   std::string endpoint, token;  // the rendezvous' store
+  std::string tlsCaPem, tlsServerName;  // TLS to it, when tlsCaPem is not empty
   std::string storeNamespace;   // where the nodes exchange the probe's nonce and answers
   std::string file;             // the probe file, under the shared directory
   std::string sharedDir;        // for the message

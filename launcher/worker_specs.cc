@@ -77,6 +77,10 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     } else {
       e.erase(contract::kStoreTokenFile);  // launch's own (several nodes) names no file here
     }
+    if (!o.rdzvTlsCa.empty()) {
+      e[contract::kStoreTlsCa] = o.rdzvTlsCa;
+      if (!o.rdzvTlsServerName.empty()) e[contract::kStoreTlsServerName] = o.rdzvTlsServerName;
+    }
     if (!layout.sharedDir.empty()) e[contract::kSharedDir] = layout.sharedDir;
     e[contract::kRunDir] = layout.runDir;
     e[contract::kJobId] = layout.jobId;

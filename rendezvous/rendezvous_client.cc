@@ -10,6 +10,7 @@
 #include <future>
 
 #include "common/log.h"
+#include "rendezvous/grpc_channel.h"
 #include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
@@ -178,15 +179,14 @@ class WatchStream : public grpc::ClientReadReactor<pb::RoundEvent> {
 
 }  // namespace
 
-RendezvousClient::RendezvousClient(const std::string& target, const std::string& token)
+RendezvousClient::RendezvousClient(const std::string& target, const std::string& token,
+                                   const std::string& tlsCaPem, const std::string& tlsServerName)
     : target_(target), token_(token) {
-  log::routeGrpcLogs();
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  channel_ = makeChannel({.target = target,
+                          .tlsCaPem = tlsCaPem,
+                          .tlsServerName = tlsServerName,
+                          .minBackoff = Millis(50),
+                          .maxBackoff = Millis(1000)});
   stub_ = pb::Rendezvous::NewStub(channel_);
 }
 

@@ -27,7 +27,10 @@ namespace pb = ::muster::v1;
 // their callbacks have returned (promptly: cancellation does not wait for the service).
 class RendezvousClient {
  public:
-  RendezvousClient(const std::string& target, const std::string& token);
+  // `tlsCaPem` not empty: TLS, the service's certificate signed by that CA (and naming
+  // `tlsServerName` when given, else the target's host).
+  RendezvousClient(const std::string& target, const std::string& token,
+                   const std::string& tlsCaPem = "", const std::string& tlsServerName = "");
   ~RendezvousClient();
   RendezvousClient(const RendezvousClient&) = delete;
   RendezvousClient& operator=(const RendezvousClient&) = delete;

@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "rendezvous/grpc_channel.h"
 #include "rendezvous/store_client.h"
 
 using muster::rendezvous::ClientOptions;
@@ -25,16 +26,8 @@ int failed(const absl::Status& status) {
 
 // One Check call, without the store's own handshake: what a liveness probe wants.
 int checkHealth(const ClientOptions& options, double timeoutS) {
-  muster::log::routeGrpcLogs();
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  grpc::ChannelArguments args;
-  if (!options.tlsCaPem.empty()) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = options.tlsCaPem;
-    credentials = grpc::SslCredentials(ssl);
-    if (!options.tlsServerName.empty()) args.SetSslTargetNameOverride(options.tlsServerName);
-  }
-  auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
+  auto channel = muster::rendezvous::makeChannel(
+      {.target = options.target, .tlsCaPem = options.tlsCaPem, .tlsServerName = options.tlsServerName});
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

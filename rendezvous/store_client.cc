@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "rendezvous/grpc_channel.h"
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/store_service.h"
@@ -339,30 +340,13 @@ class Session {
 class ClientConnection {
  public:
   explicit ClientConnection(const ClientOptions& options) : options_(options) {
-    log::routeGrpcLogs();
-    std::shared_ptr<grpc::ChannelCredentials> credentials;
-    if (!options.tlsCaPem.empty()) {
-      grpc::SslCredentialsOptions ssl;
-      ssl.pem_root_certs = options.tlsCaPem;
-      credentials = grpc::SslCredentials(ssl);
-    } else {
-      credentials = grpc::InsecureChannelCredentials();
-    }
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(kMaxBackoff.count()));
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetMaxReceiveMessageSize(INT_MAX);
-    args.SetMaxSendMessageSize(INT_MAX);
     // Each client its own TCP connection: views share one, separate clients do not.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    if (!options.tlsServerName.empty()) {
-      args.SetSslTargetNameOverride(options.tlsServerName);
-    }
-    channel_ = grpc::CreateCustomChannel(options.target, credentials, args);
+    channel_ = makeChannel({.target = options.target,
+                            .tlsCaPem = options.tlsCaPem,
+                            .tlsServerName = options.tlsServerName,
+                            .minBackoff = kFirstBackoff,
+                            .maxBackoff = kMaxBackoff,
+                            .keepAlive = Millis(10000)});
     limits_.maxKeyBytes = limits_.maxValueBytes = limits_.maxKeysPerCall = SIZE_MAX;
     stub_ = pb::Store::NewStub(channel_);
   }

@@ -11,6 +11,7 @@
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
 #include "worker/nccl_comm.h"
+#include "worker/store_options.h"
 #include "worker/worker_env.h"
 
 using muster::Millis;
@@ -35,9 +36,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<muster::rendezvous::Store> store;
   std::shared_ptr<muster::rendezvous::MemoryStore> memory;
   if (!env->storeAddr.empty()) {
-    muster::rendezvous::ClientOptions options{.target = env->storeAddr, .ns = env->storeNamespace};
-    if (!env->tokenFile.empty()) options.token = muster::readToken(env->tokenFile).value_or("");
-    auto client = muster::rendezvous::StoreClient::connect(options, muster::deadlineAfter(timeout));
+    auto options = muster::worker::storeClientOptions(*env);
+    if (!options.ok()) {
+      std::fprintf(stderr, "nccl_check: %s\n", std::string(options.status().message()).c_str());
+      return 2;
+    }
+    auto client = muster::rendezvous::StoreClient::connect(*options, muster::deadlineAfter(timeout));
     if (!client.ok()) {
       std::fprintf(stderr, "nccl_check: %s\n", std::string(client.status().message()).c_str());
       return 1;

@@ -12,6 +12,7 @@
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
 #include "worker/c10d_store.h"
+#include "worker/store_options.h"
 
 namespace muster::worker {
 namespace {
@@ -33,15 +34,9 @@ std::string rankList(const std::vector<int>& ranks) {
 absl::StatusOr<c10::intrusive_ptr<c10d::Store>> connectStore(const WorkerEnv& env,
                                                              std::chrono::milliseconds timeout) {
   if (!env.storeAddr.empty()) {
-    rendezvous::ClientOptions options;
-    options.target = env.storeAddr;
-    options.ns = env.storeNamespace;
-    if (!env.tokenFile.empty()) {
-      auto token = readToken(env.tokenFile);
-      if (!token.ok()) return token.status();
-      options.token = *token;
-    }
-    auto client = rendezvous::StoreClient::connect(options, deadlineAfter(timeout));
+    auto options = storeClientOptions(env);
+    if (!options.ok()) return options.status();
+    auto client = rendezvous::StoreClient::connect(*options, deadlineAfter(timeout));
     if (!client.ok()) {
       return absl::Status(client.status().code(),
                           fmt::format("MUSTER_STORE_ADDR={}: {}", env.storeAddr,

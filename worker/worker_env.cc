@@ -105,6 +105,8 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
   str(contract::kStoreAddr, w.storeAddr);
   str(contract::kStoreNamespace, w.storeNamespace);
   str(contract::kStoreTokenFile, w.tokenFile);
+  str(contract::kStoreTlsCa, w.tlsCaFile);
+  str(contract::kStoreTlsServerName, w.tlsServerName);
   str(contract::kSharedDir, w.sharedDir);
   if (w.storeAddr.empty() && (w.masterAddr.empty() || w.masterPort == 0) && w.worldSize > 1) {
     return absl::InvalidArgumentError(

@@ -25,6 +25,8 @@ struct WorkerEnv {
   std::string storeAddr;       // MUSTER_STORE_ADDR: the job's muster store, "" if none
   std::string storeNamespace;  // MUSTER_STORE_NAMESPACE
   std::string tokenFile;       // MUSTER_STORE_TOKEN_FILE
+  std::string tlsCaFile;       // MUSTER_STORE_TLS_CA: the store speaks TLS, signed by this CA
+  std::string tlsServerName;   // MUSTER_STORE_TLS_SERVER_NAME
   std::string sharedDir;       // MUSTER_SHARED_DIR
   bool standalone = false;     // no launcher variables at all: a world of one
 

@@ -280,6 +280,45 @@ TEST_F(MultiNode, ARunIdCanBeUsedAgainOnceTheFinishedRunIsForgotten) {
   EXPECT_EQ(third->wait(kRun)->code, 0) << third->stderrText();
 }
 
+// launch joins a rendezvousd that speaks TLS (--rdzv_tls_ca), and its workers reach the
+// store over TLS too (MUSTER_STORE_TLS_CA). RendezvousClient had no TLS: launch could not join
+// such a daemon at all.
+TEST_F(MultiNode, JoinsARendezvousdOverTlsAndTheWorkersUseItsStoreOverTls) {
+  std::string crt = (dir_ / "tls.crt").string(), key = (dir_ / "tls.key").string();
+  std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                     "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key +
+                     " -out " + crt + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << "openssl could not make a test certificate";
+  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0",
+                "--tls-cert", crt, "--tls-key", key});
+  auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
+  ASSERT_TRUE(line.has_value()) << daemon.stderrText();
+  std::string tool = buildDir() + "/tests/integration/channel_tool";
+  std::string out = (dir_ / "got").string();
+  std::string w = script("set -e\n" + tool + " store-set greeting over-tls\n" + tool +
+                         " store-get greeting > " + out + "\necho \"$MUSTER_STORE_TLS_CA\" >> " + out + "\n");
+  auto flags = elasticFlags("1", 1, (*line)[1]);
+  flags.insert(flags.end(), {"--rdzv_tls_ca", crt, "--rdzv_tls_server_name", "localhost"});
+  auto a = node(flags, w);
+  auto exit = a->wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << a->stderrText() << daemon.stderrText();
+  std::ifstream got(out);
+  std::string value, ca;
+  std::getline(got, value);
+  std::getline(got, ca);
+  EXPECT_EQ(value, "over-tls");
+  EXPECT_EQ(ca, crt);
+  // Without the CA the handshake never succeeds: the join ends at its timeout, naming the
+  // endpoint, and launch exits 1.
+  auto plain = node(elasticFlags("1", 1, (*line)[1], ",join_timeout=2"), w);
+  auto failed = plain->wait(kRun);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->code, 1) << plain->stderrText();
+  EXPECT_NE(plain->stderrText().find("rendezvous at " + (*line)[1] + " failed"), std::string::npos)
+      << plain->stderrText();
+}
+
 TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
   Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);

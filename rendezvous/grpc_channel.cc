@@ -1,0 +1,34 @@
+// makeChannel: credentials and channel arguments for every muster client.
+#include "rendezvous/grpc_channel.h"
+
+#include <climits>
+
+#include "common/log.h"
+
+namespace muster::rendezvous {
+
+std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
+  log::routeGrpcLogs();
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  if (!options.tlsCaPem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tlsCaPem;
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.tlsServerName.empty()) args.SetSslTargetNameOverride(options.tlsServerName);
+  }
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.minBackoff.count()));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.minBackoff.count()));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.maxBackoff.count()));
+  if (options.keepAlive.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepAlive.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(options.keepAlive.count() / 2));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  }
+  args.SetMaxReceiveMessageSize(INT_MAX);
+  args.SetMaxSendMessageSize(INT_MAX);
+  if (options.ownConnection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(options.target, credentials, args);
+}
+
+}  // namespace muster::rendezvous

@@ -1,0 +1,30 @@
+// The one way muster's clients open a gRPC channel to a store or rendezvous service: plaintext
+// or TLS (a CA, and the name to check), and the reconnect and keep-alive tuning they share.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/deadline.h"
+
+namespace muster::rendezvous {
+
+struct ChannelOptions {
+  std::string target;         // host:port
+  std::string tlsCaPem;       // not empty: TLS, and the server must be signed by this CA
+  std::string tlsServerName;  // overrides the name checked in the server's certificate
+  // Reconnect back-off: from `minBackoff` up to `maxBackoff` (gRPC's default starts at 1 s).
+  Millis minBackoff{50};
+  Millis maxBackoff{2000};
+  // Pings an idle connection this often to notice a dead peer; 0: gRPC's default (none).
+  Millis keepAlive{0};
+  // A channel of its own (its own TCP connection), not one shared with other channels to the
+  // same target.
+  bool ownConnection = true;
+};
+
+std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options);
+
+}  // namespace muster::rendezvous
