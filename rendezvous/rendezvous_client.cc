@@ -11,7 +11,7 @@
 
 #include "common/log.h"
 #include "rendezvous/grpc_channel.h"
-#include "rendezvous/store_service.h"
+#include "rendezvous/auth.h"
 
 namespace muster::rendezvous {
 namespace {
@@ -255,11 +255,13 @@ void RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline,
   call->request = request;
   begin(call->context);
   stub_->async()->Join(call->context.get(), &call->request, &call->response,
-                       [this, call, done = std::move(done)](grpc::Status status) {
+                       [this, call, deadline, done = std::move(done)](grpc::Status status) {
                          if (status.ok()) {
                            done(std::move(call->response));
                          } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-                                    status.error_message() == "Deadline Exceeded") {
+                                    Clock::now() >= deadline) {
+                           // Our own deadline, not the service's answer (which comes with the
+                           // join timeout, before it, and counts the nodes).
                            done(absl::DeadlineExceededError(
                                fmt::format("no rendezvous answered at {} before the join timeout", target_)));
                          } else {

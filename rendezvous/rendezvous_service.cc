@@ -1,7 +1,6 @@
 // RendezvousService: reactors over RendezvousState.
 #include "rendezvous/rendezvous_service.h"
 
-#include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
 namespace {
@@ -132,21 +131,17 @@ class WatchReactor final : public grpc::ServerWriteReactor<pb::RoundEvent> {
 }  // namespace
 
 RendezvousService::RendezvousService(std::string token, bool standalone, RunRetention retention)
-    : token_(std::move(token)),
+    : gate_(std::move(token)),
       standalone_(standalone),
       state_(std::make_shared<RendezvousState>(retention)) {}
 
 RendezvousService::~RendezvousService() { state_->shutdown(); }
 
-bool RendezvousService::authorized(grpc::CallbackServerContext* context) const {
-  return hasToken(context, token_);
-}
-
 grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* context,
                                                   const pb::JoinRequest* request, pb::Assignment* response) {
-  if (!authorized(context)) {
+  if (!gate_.admits(context)) {
     auto* r = context->DefaultReactor();
-    r->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)"));
+    r->Finish(unauthenticated());
     return r;
   }
   return new JoinReactor(state_, *request, response, standalone_);
@@ -154,10 +149,10 @@ grpc::ServerUnaryReactor* RendezvousService::Join(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<pb::RoundEvent>* RendezvousService::Watch(grpc::CallbackServerContext* context,
                                                                    const pb::WatchRequest* request) {
-  if (!authorized(context)) {
+  if (!gate_.admits(context)) {
     class Reject final : public grpc::ServerWriteReactor<pb::RoundEvent> {
      public:
-      Reject() { Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)")); }
+      Reject() { Finish(unauthenticated()); }
       void OnDone() override { delete this; }
     };
     return new Reject();
@@ -168,8 +163,8 @@ grpc::ServerWriteReactor<pb::RoundEvent>* RendezvousService::Watch(grpc::Callbac
 grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerContext* context,
                                                        const pb::HeartbeatRequest* request, pb::HeartbeatResponse*) {
   auto* r = context->DefaultReactor();
-  if (!authorized(context)) {
-    r->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)"));
+  if (!gate_.admits(context)) {
+    r->Finish(unauthenticated());
   } else {
     r->Finish(toGrpc(state_->heartbeat(request->run_id(), request->node_id())));
   }
@@ -179,8 +174,8 @@ grpc::ServerUnaryReactor* RendezvousService::Heartbeat(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* RendezvousService::Report(grpc::CallbackServerContext* context,
                                                     const pb::ReportRequest* request, pb::ReportResponse*) {
   auto* r = context->DefaultReactor();
-  if (!authorized(context)) {
-    r->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)"));
+  if (!gate_.admits(context)) {
+    r->Finish(unauthenticated());
   } else {
     r->Finish(toGrpc(state_->report(*request)));
   }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "muster/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace muster::rendezvous {
@@ -31,8 +32,7 @@ class RendezvousService final : public pb::Rendezvous::CallbackService {
   void shutdown() { state_->shutdown(); }
 
  private:
-  bool authorized(grpc::CallbackServerContext* context) const;
-  std::string token_;
+  TokenGate gate_;
   bool standalone_ = false;
   std::shared_ptr<RendezvousState> state_;
 };

@@ -15,10 +15,10 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/grpc_channel.h"
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/memory_store.h"
-#include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
 namespace {

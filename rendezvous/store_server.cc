@@ -99,7 +99,6 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   builder.AddListeningPort(requested, credentials, &selected);
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->rendezvous_.get());
-  for (auto* extra : options.extraServices) builder.RegisterService(extra);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || selected == 0) {
     return absl::UnavailableError(fmt::format("cannot listen on {}: {}", requested,

@@ -35,9 +35,6 @@ struct ServerOptions {
   bool standalone = false;
   // How long finished and abandoned runs are remembered, and how many.
   RunRetention retention;
-  // Extra gRPC services to serve on the same port (the rendezvous service); not owned, must
-  // outlive the server.
-  std::vector<grpc::Service*> extraServices;
 };
 
 // Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the

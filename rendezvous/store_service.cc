@@ -2,20 +2,13 @@
 #include "rendezvous/store_service.h"
 
 #include <fmt/format.h>
-#include <openssl/crypto.h>
 
 #include <deque>
 #include <unordered_map>
 
-#include "common/log.h"
 
 namespace muster::rendezvous {
 namespace {
-
-auto logger() {
-  static auto l = log::get("store");
-  return l;
-}
 
 // Answers a session may hold unwritten (its client reads too slowly or not at all).
 constexpr size_t kMaxUnreadAnswers = 65536;
@@ -222,38 +215,16 @@ void StoreService::SessionState::pumpLocked() {
 }
 
 StoreService::StoreService(std::shared_ptr<MemoryStore> memory, std::string token)
-    : memory_(std::move(memory)), token_(std::move(token)) {}
+    : memory_(std::move(memory)), gate_(std::move(token)) {}
 
 StoreService::~StoreService() = default;
-
-bool hasToken(const grpc::CallbackServerContext* context, const std::string& token) {
-  if (token.empty()) return true;
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find(kTokenMetadataKey);
-  return it != metadata.end() && it->second.size() == token.size() &&
-         CRYPTO_memcmp(token.data(), it->second.data(), token.size()) == 0;
-}
-
-bool StoreService::authorized(grpc::CallbackServerContext* context) {
-  if (hasToken(context, token_)) return true;
-  uint64_t count = ++rejected_;
-  // One line per rejection, but at most one a second: a stray client must not flood the log.
-  int64_t now = std::chrono::duration_cast<Millis>(Clock::now().time_since_epoch()).count();
-  int64_t last = lastRejectLogMs_.load();
-  if (now - last >= 1000 && lastRejectLogMs_.compare_exchange_strong(last, now)) {
-    logger()->warn("rejected a request from {} without a valid token ({} rejected so far)",
-                   context->peer(), count);
-  }
-  return false;
-}
 
 grpc::ServerUnaryReactor* StoreService::Call(grpc::CallbackServerContext* context,
                                              const pb::StoreRequest* request,
                                              pb::StoreResponse* response) {
-  if (!authorized(context)) {
+  if (!gate_.admits(context)) {
     auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                 "missing or wrong token (x-muster-token)"));
+    reactor->Finish(unauthenticated());
     return reactor;
   }
   return new CallReactor(memory_, *request, response);
@@ -261,13 +232,10 @@ grpc::ServerUnaryReactor* StoreService::Call(grpc::CallbackServerContext* contex
 
 grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* StoreService::Session(
     grpc::CallbackServerContext* context) {
-  if (!authorized(context)) {
+  if (!gate_.admits(context)) {
     class Reject final : public grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse> {
      public:
-      Reject() {
-        Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                            "missing or wrong token (x-muster-token)"));
-      }
+      Reject() { Finish(unauthenticated()); }
       void OnDone() override { delete this; }
     };
     return new Reject();

@@ -10,16 +10,10 @@
 #include <string>
 
 #include "muster/v1/store.grpc.pb.h"
+#include "rendezvous/auth.h"
 #include "rendezvous/memory_store.h"
 
 namespace muster::rendezvous {
-
-// Metadata key that carries the shared token.
-inline constexpr char kTokenMetadataKey[] = "x-muster-token";
-
-// Whether the call carries `token` (constant-time compare). An empty `token` admits every call.
-// The one check for every muster service on a server.
-bool hasToken(const grpc::CallbackServerContext* context, const std::string& token);
 
 // Thread-safety: gRPC calls it from its own threads; closeAll() may be called from any thread.
 // Lifetime: must outlive the grpc::Server it is registered with.
@@ -38,21 +32,18 @@ class StoreService final : public pb::Store::CallbackService {
   // Ends every open session with UNAVAILABLE (after its pending answers are written).
   void closeAll();
   size_t openSessions() const;
-  uint64_t rejectedRequests() const { return rejected_.load(); }
+  uint64_t rejectedRequests() const { return gate_.rejected(); }
 
   class SessionState;
 
  private:
-  bool authorized(grpc::CallbackServerContext* context);
   void forget(const std::shared_ptr<SessionState>& state);
 
   std::shared_ptr<MemoryStore> memory_;
-  std::string token_;
-  std::atomic<uint64_t> rejected_{0};
+  TokenGate gate_;
   mutable std::mutex mu_;
   std::set<std::shared_ptr<SessionState>> sessions_;
   bool closed_ = false;
-  std::atomic<int64_t> lastRejectLogMs_{0};
 };
 
 }  // namespace muster::rendezvous

@@ -1,0 +1,39 @@
+// hasToken / TokenGate: the token check of every muster service.
+#include "rendezvous/auth.h"
+
+#include <openssl/crypto.h>
+
+#include <chrono>
+
+#include "common/log.h"
+
+namespace muster::rendezvous {
+
+bool hasToken(const grpc::CallbackServerContext* context, const std::string& token) {
+  if (token.empty()) return true;
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  return it != metadata.end() && it->second.size() == token.size() &&
+         CRYPTO_memcmp(token.data(), it->second.data(), token.size()) == 0;
+}
+
+grpc::Status unauthenticated() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)");
+}
+
+bool TokenGate::admits(const grpc::CallbackServerContext* context) {
+  if (hasToken(context, token_)) return true;
+  uint64_t count = ++rejected_;
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  int64_t last = lastLogMs_.load();
+  if (now - last >= 1000 && lastLogMs_.compare_exchange_strong(last, now)) {
+    static auto logger = log::get("store");
+    logger->warn("rejected a request from {} without a valid token ({} rejected so far)",
+                 context->peer(), count);
+  }
+  return false;
+}
+
+}  // namespace muster::rendezvous

@@ -1,0 +1,36 @@
+// The shared token: the metadata key clients send it under, and the one check every muster
+// service makes before it does anything for a call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+namespace muster::rendezvous {
+
+// Metadata key that carries the shared token.
+inline constexpr char kTokenMetadataKey[] = "x-muster-token";
+
+// Whether the call carries `token` (constant-time compare). An empty `token` admits every call.
+bool hasToken(const grpc::CallbackServerContext* context, const std::string& token);
+
+// What a call without the token gets.
+grpc::Status unauthenticated();
+
+// A service's gate: the check, a count of the calls it refused, and one warning a second at
+// most naming the caller (a stray client must not flood the log). Thread-safe.
+class TokenGate {
+ public:
+  explicit TokenGate(std::string token) : token_(std::move(token)) {}
+  bool admits(const grpc::CallbackServerContext* context);
+  uint64_t rejected() const { return rejected_.load(); }
+
+ private:
+  std::string token_;
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<int64_t> lastLogMs_{0};
+};
+
+}  // namespace muster::rendezvous
