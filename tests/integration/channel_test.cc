@@ -67,14 +67,16 @@ TEST_F(Channel, SenderKilledMidWriteIsAClearErrorAndNoPartialFileIsRead) {
   };
   Child receiver({tool(), "recv", "0", "3"}, envFor(0));
   Child sender({tool(), "send", "4096", "60"}, envFor(1));
-  // Kill the sender as soon as its temporary file appears (bounded wait).
+  // Kill the sender as soon as its temporary data file appears (bounded wait). Only a p2p file:
+  // rank 0's start-up probe writes a .tmp file too, and killing the sender then (before its own
+  // probe) left the receiver waiting for it the whole probe timeout.
   fs::path round = dir_ / "k" / "0";
   bool killed = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!killed && std::chrono::steady_clock::now() < deadline) {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(round, ec)) {
-      if (e.path().extension() == ".tmp") {
+      if (e.path().extension() == ".tmp" && e.path().filename().string().rfind(".p2p.", 0) == 0) {
         sender.kill(SIGKILL);
         killed = true;
       }
