@@ -73,6 +73,16 @@ bool isResourceError(std::string_view message) {
 
 }  // namespace
 
+bool OncePerSecond::pass() {
+  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  int64_t last = lastMs_.load();
+  if (now - last >= 1000 && lastMs_.compare_exchange_strong(last, now)) return true;
+  ++heldBack_;
+  return false;
+}
+
 void onGrpcAcceptFailure(std::function<void(const std::string& why)> handler) {
   std::lock_guard<std::mutex> lock(acceptMutex());
   acceptHandler() = std::move(handler);
@@ -89,18 +99,11 @@ void routeGrpcLogs() {
         return;
       }
       // At most one warning a second, saying how many were folded into it.
-      static std::atomic<int64_t> lastMs{0};
-      static std::atomic<uint64_t> folded{0};
-      int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count();
-      int64_t last = lastMs.load();
-      if (now - last >= 1000 && lastMs.compare_exchange_strong(last, now)) {
-        uint64_t more = folded.exchange(0);
+      static OncePerSecond limit;
+      if (limit.pass()) {
+        uint64_t more = limit.takeHeldBack();
         grpcLogger->warn("{}{}", message,
                          more > 0 ? fmt::format(" ({} more like it in the last second)", more) : "");
-      } else {
-        ++folded;
       }
       if (message.rfind("Failed accept4", 0) == 0) {
         std::function<void(const std::string&)> handler;

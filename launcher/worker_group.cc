@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "common/limits.h"
 #include "common/log.h"
 #include "launcher/console.h"
 #include "launcher/processes.h"
@@ -57,11 +58,10 @@ int writeAll(int fd, const char* data, size_t size, size_t* lost = nullptr) {
 }  // namespace
 
 void raiseFileLimit() {
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
-  gWorkerFiles = files;
-  files.rlim_cur = files.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &files) == 0) gRestoreFiles = true;
+  if (auto before = raiseDescriptorLimit()) {
+    gWorkerFiles = *before;
+    gRestoreFiles = true;
+  }
 }
 
 std::string signalName(int sig) {

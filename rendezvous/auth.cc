@@ -3,8 +3,6 @@
 
 #include <openssl/crypto.h>
 
-#include <chrono>
-
 #include "common/log.h"
 
 namespace muster::rendezvous {
@@ -24,11 +22,7 @@ grpc::Status unauthenticated() {
 bool TokenGate::admits(const grpc::CallbackServerContext* context) {
   if (hasToken(context, token_)) return true;
   uint64_t count = ++rejected_;
-  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
-  int64_t last = lastLogMs_.load();
-  if (now - last >= 1000 && lastLogMs_.compare_exchange_strong(last, now)) {
+  if (logLimit_.pass()) {
     static auto logger = log::get("store");
     logger->warn("rejected a request from {} without a valid token ({} rejected so far)",
                  context->peer(), count);

@@ -8,6 +8,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/log.h"
+
 namespace muster::rendezvous {
 
 // Metadata key that carries the shared token.
@@ -30,7 +32,7 @@ class TokenGate {
  private:
   std::string token_;
   std::atomic<uint64_t> rejected_{0};
-  std::atomic<int64_t> lastLogMs_{0};
+  log::OncePerSecond logLimit_;
 };
 
 }  // namespace muster::rendezvous

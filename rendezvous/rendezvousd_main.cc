@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <pthread.h>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <csignal>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "rendezvous/store_server.h"
 
@@ -120,15 +120,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto logger = muster::log::get("rendezvousd");
-  // Every connection is a descriptor: take what the hard limit allows (systemd's LimitNOFILE,
-  // ulimit -Hn), not the soft 1024 a shell gives.
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    rlim_t soft = files.rlim_cur;
-    files.rlim_cur = files.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &files) != 0) files.rlim_cur = soft;
-  }
-  logger->debug("descriptors: up to {}", files.rlim_cur);
+  muster::raiseDescriptorLimit();
+  logger->debug("descriptors: up to {}", muster::descriptorLimit());
   // gRPC 1.51's listener stops for good after a failed accept (out of descriptors): the daemon
   // would stay up and never serve again, so systemd's Restart= would never fire. Exit instead.
   static std::mutex lostMutex;
@@ -162,7 +155,7 @@ int main(int argc, char** argv) {
   if (!lost.empty()) {
     logger->error("cannot accept connections any more ({}; {} descriptors allowed): exiting so that "
                   "the supervisor restarts the service; raise the limit (LimitNOFILE=, ulimit -n)",
-                  lost, files.rlim_cur);
+                  lost, muster::descriptorLimit());
     (*server)->shutdown(muster::Millis(1000));
     return 1;
   }

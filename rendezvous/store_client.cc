@@ -362,13 +362,10 @@ class ClientConnection {
       owed = !replay_.empty() || (session_ && session_->unacked() > 0);
     }
     if (!owed) return;
-    pb::StoreRequest sync;
-    sync.mutable_info();
-    auto confirmed = execute(sync, deadlineAfter(kLastConfirm), true);
-    if (!confirmed.ok()) {
+    if (auto confirmed = confirm(deadlineAfter(kLastConfirm)); !confirmed.ok()) {
       logger()->error("store {}: sets this client posted last were not confirmed before it "
                       "closed; they may be lost: {}",
-                      options_.target, std::string(confirmed.status().message()));
+                      options_.target, std::string(confirmed.message()));
     }
   }
 
@@ -424,9 +421,7 @@ class ClientConnection {
         // Sets kept for replay are confirmed by any answer; a client that only sets asks for
         // one now and then, so that they stay few.
         if (status.ok() && (*session)->unackedFull()) {
-          pb::StoreRequest sync;
-          sync.mutable_info();
-          if (auto synced = execute(sync, deadline, true); !synced.ok()) return synced.status();
+          if (auto confirmed = confirm(deadline); !confirmed.ok()) return confirmed;
         }
         return status;
       }
@@ -437,12 +432,17 @@ class ClientConnection {
     }
   }
 
-  // A round trip: every set posted before it is applied (or refused) once it is answered.
-  absl::Status flush(Deadline deadline) {
+  // A round trip (info, safe to repeat): every set posted before it is applied (or refused)
+  // once it is answered, on a new session too if the old one broke (the sets are replayed).
+  absl::Status confirm(Deadline deadline) {
     pb::StoreRequest sync;
     sync.mutable_info();
-    auto answered = execute(sync, deadline, true);
-    if (!answered.ok()) return answered.status();
+    return execute(sync, deadline, true).status();
+  }
+
+  // confirm(), then the first set refused.
+  absl::Status flush(Deadline deadline) {
+    if (auto confirmed = confirm(deadline); !confirmed.ok()) return confirmed;
     auto session = this->session(deadline);
     if (!session.ok()) return session.status();
     return (*session)->takeDeferred();
