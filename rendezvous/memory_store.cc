@@ -45,7 +45,15 @@ std::string keyList(const std::vector<std::string>& keys) {
 
 }  // namespace
 
+size_t largestRequest(const StoreLimits& limits) {
+  return 2 * (limits.maxKeyBytes + limits.maxValueBytes) + 4096;
+}
+
 absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& limits) {
+  if (req.ns().size() > limits.maxKeyBytes) {
+    return absl::InvalidArgumentError(fmt::format("namespace of {} bytes exceeds max_key_bytes={}",
+                                                  req.ns().size(), limits.maxKeyBytes));
+  }
   auto key = [&](const std::string& k) {
     if (k.size() <= limits.maxKeyBytes) return absl::OkStatus();
     return absl::InvalidArgumentError(fmt::format("key of {} bytes exceeds max_key_bytes={}",
@@ -77,6 +85,7 @@ absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& lim
     case pb::StoreRequest::kCompareSet: {
       const auto& op = req.compare_set();
       if (auto s = key(op.key()); !s.ok()) return s;
+      if (auto s = value(op.key(), op.expected().size()); !s.ok()) return s;
       return value(op.key(), op.desired().size());
     }
     case pb::StoreRequest::kCheck: return keys(req.check().keys());
@@ -90,8 +99,16 @@ absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& lim
             fmt::format("multi_set: {} keys but {} values", op.keys_size(), op.values_size()));
       }
       if (auto s = keys(op.keys()); !s.ok()) return s;
+      size_t total = 0;
       for (int i = 0; i < op.keys_size(); ++i) {
         if (auto s = value(op.keys(i), op.values(i).size()); !s.ok()) return s;
+        total += op.keys(i).size() + op.values(i).size();
+      }
+      if (req.ByteSizeLong() > largestRequest(limits)) {
+        return absl::InvalidArgumentError(fmt::format(
+            "multi_set of {} keys and {} bytes exceeds the largest request the store takes ({} "
+            "bytes, twice max_key_bytes plus max_value_bytes); split it",
+            op.keys_size(), total, largestRequest(limits)));
       }
       return absl::OkStatus();
     }

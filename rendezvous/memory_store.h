@@ -43,6 +43,11 @@ struct StoreLimits {
   size_t maxReplyBytes = 256u << 20;
 };
 
+// The largest request the store takes: a compare_set of the longest key and two of the largest
+// values, in the longest namespace, with room for framing. The server refuses a larger message
+// (gRPC's receive limit), and validateRequest a multi_set that would not fit.
+size_t largestRequest(const StoreLimits& limits);
+
 // Checks what can be checked without the store's state: key sizes, value sizes, keys per call,
 // multi_set's shape. INVALID_ARGUMENT naming the limit, else OK. Used by the store on every
 // request and by clients before they send a request they do not wait for.

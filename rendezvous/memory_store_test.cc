@@ -214,5 +214,29 @@ TEST(MemoryStore, RequestWithoutOperationIsInvalid) {
   EXPECT_EQ(resp.code(), 3);
 }
 
+// Every request fits the largest one the server takes (gRPC's receive limit): a multi_set that
+// would not is refused with a message saying to split it, and a namespace is held to the key
+// limit.
+TEST(MemoryStore, AMultiSetLargerThanTheLargestRequestIsRefused) {
+  StoreLimits limits{.maxKeyBytes = 16, .maxValueBytes = 100};
+  pb::StoreRequest fits;
+  fits.mutable_multi_set()->add_keys("a");
+  fits.mutable_multi_set()->add_values(std::string(100, 'x'));
+  EXPECT_TRUE(validateRequest(fits, limits).ok());
+  pb::StoreRequest big;
+  for (int i = 0; i < 60; ++i) {
+    big.mutable_multi_set()->add_keys("k" + std::to_string(i));
+    big.mutable_multi_set()->add_values(std::string(100, 'x'));
+  }
+  auto status = validateRequest(big, limits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("split it"), std::string::npos) << status;
+  EXPECT_LE(fits.ByteSizeLong(), largestRequest(limits));
+  pb::StoreRequest longNs;
+  longNs.set_ns(std::string(17, 'n'));
+  longNs.mutable_num_keys();
+  EXPECT_NE(validateRequest(longNs, limits).message().find("namespace of 17 bytes"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace muster::rendezvous

@@ -11,20 +11,11 @@
 
 #include "common/log.h"
 #include "rendezvous/grpc_channel.h"
+#include "rendezvous/grpc_status.h"
 #include "rendezvous/auth.h"
 
 namespace muster::rendezvous {
 namespace {
-
-std::chrono::system_clock::time_point toSystem(Deadline d) {
-  if (d == kNoDeadline) return std::chrono::system_clock::time_point::max();
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(d - Clock::now());
-}
-
-absl::Status toAbsl(const grpc::Status& s) {
-  return s.ok() ? absl::OkStatus() : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 // A unary call's parts, alive until its callback has run.
 template <typename Request, typename Response>

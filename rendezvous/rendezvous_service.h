@@ -1,38 +1,31 @@
-// muster.v1.Rendezvous on the gRPC callback API, over a RendezvousState. A blocked Join holds no
-// thread; a Watch stream that drops while its round runs marks its node lost at once.
+// muster.v1.Rendezvous over a RendezvousState, served through the FrontDoor (every method sends
+// one request). A blocked Join holds no thread; a Watch stream that drops while its round runs
+// marks its node lost at once.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "muster/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/auth.h"
+#include "muster/v1/rendezvous.pb.h"
+#include "rendezvous/front_door.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace muster::rendezvous {
 
-// Thread-safety: gRPC's threads call it. Lifetime: must outlive the server it is registered on.
-class RendezvousService final : public pb::Rendezvous::CallbackService {
+// Thread-safety: gRPC's threads call it. Lifetime: must outlive the server its door is on.
+class RendezvousService {
  public:
-  // `token` empty: no authentication (as the store's).
   // `standalone`: this is rendezvousd (Assignment.standalone_service).
-  explicit RendezvousService(std::string token, bool standalone = false, RunRetention retention = {});
-  ~RendezvousService() override;
+  explicit RendezvousService(bool standalone = false, RunRetention retention = {});
+  ~RendezvousService();
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context, const pb::JoinRequest* request,
-                                 pb::Assignment* response) override;
-  grpc::ServerWriteReactor<pb::RoundEvent>* Watch(grpc::CallbackServerContext* context,
-                                                  const pb::WatchRequest* request) override;
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context, const pb::HeartbeatRequest* request,
-                                      pb::HeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* context, const pb::ReportRequest* request,
-                                   pb::ReportResponse* response) override;
+  // Serves Join, Watch, Heartbeat and Report through `door` (which checks the token).
+  void serve(FrontDoor& door);
 
   RendezvousState& state() { return *state_; }
   void shutdown() { state_->shutdown(); }
 
  private:
-  TokenGate gate_;
   bool standalone_ = false;
   std::shared_ptr<RendezvousState> state_;
 };

@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
                  "most operations blocked on keys at once")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-inflight-bytes", options.maxInflightBytes,
+                 "most memory gRPC holds for calls in flight; past it calls are refused "
+                 "(default: twice the largest request, 2 x (max-key-bytes + max-value-bytes))")
+      ->check(CLI::PositiveNumber);
   // Per job (a namespace's run id): one job cannot use up the store for the others.
   options.limits.maxJobBytes = options.limits.maxTotalBytes / 2;
   options.limits.maxJobKeys = 1'000'000;

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/grpc_channel.h"
+#include "rendezvous/grpc_status.h"
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/memory_store.h"
 
@@ -36,12 +37,6 @@ constexpr Millis kMaxBackoff{2000};
 // Sets (count, bytes) a session keeps for replay before it asks the server to confirm them.
 constexpr size_t kMaxUnacked = 4096;
 constexpr size_t kMaxUnackedBytes = size_t{64} << 20;
-
-std::chrono::system_clock::time_point toSystem(Deadline deadline) {
-  if (deadline == kNoDeadline) return std::chrono::system_clock::time_point::max();
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
-}
 
 Millis jittered(Millis base) {
   thread_local std::mt19937_64 rng{std::random_device{}()};

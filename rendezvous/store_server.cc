@@ -4,7 +4,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +13,8 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "rendezvous/front_door.h"
+#include "rendezvous/health_service.h"
 #include "rendezvous/rendezvous_service.h"
 #include "rendezvous/store_service.h"
 
@@ -67,12 +69,30 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   if (options.tlsCertPem.empty() != options.tlsKeyPem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its key");
   }
+  size_t largest = largestRequest(options.limits);
+  if (largest > INT_MAX) {
+    return absl::InvalidArgumentError(fmt::format(
+        "the largest request ({} bytes, twice max_key_bytes plus max_value_bytes) exceeds gRPC's "
+        "2 GiB message limit", largest));
+  }
+  size_t inflight = options.maxInflightBytes != 0 ? options.maxInflightBytes : 2 * largest;
+  if (inflight < largest) {
+    return absl::InvalidArgumentError(fmt::format(
+        "max_inflight_bytes={} cannot hold the largest request ({} bytes, twice max_key_bytes "
+        "plus max_value_bytes)", inflight, largest));
+  }
   log::routeGrpcLogs();
   std::unique_ptr<StoreServer> server(new StoreServer());
   server->memory_ = std::make_shared<MemoryStore>(options.limits);
-  server->service_ = std::make_unique<StoreService>(server->memory_, options.token);
-  server->rendezvous_ = std::make_unique<RendezvousService>(options.token, options.standalone,
-                                                            options.retention);
+  server->gate_ = std::make_unique<TokenGate>(options.token);
+  server->door_ = std::make_unique<FrontDoor>(*server->gate_);
+  server->health_ = std::make_unique<HealthService>(
+      std::vector<std::string>{"muster.v1.Store", "muster.v1.Rendezvous"});
+  server->service_ = std::make_unique<StoreService>(server->memory_, *server->gate_);
+  server->rendezvous_ = std::make_unique<RendezvousService>(options.standalone, options.retention);
+  server->health_->serve(*server->door_);
+  server->service_->serveCalls(*server->door_);
+  server->rendezvous_->serve(*server->door_);
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options.tlsCertPem.empty()) {
@@ -83,7 +103,6 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
     credentials = grpc::InsecureServerCredentials();
   }
 
-  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   // gRPC turns SO_REUSEPORT on by default: a second store on the same port would then start
   // and share it silently. An address in use must be an error.
@@ -91,32 +110,41 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   // Clients ping idle sessions to notice a dead store; let them.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  size_t maxMessage = std::min<size_t>(INT_MAX, options.limits.maxTotalBytes + (1u << 20));
-  builder.SetMaxReceiveMessageSize(static_cast<int>(maxMessage));
+  // Nothing is read for a call before its method and token are checked (FrontDoor; a Session
+  // checks before its first read), no message is larger than the largest request, and what
+  // gRPC holds for calls in flight is bounded: past the quota it cancels streams with
+  // RESOURCE_EXHAUSTED rather than grow.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(largest));
   builder.SetMaxSendMessageSize(INT_MAX);
+  grpc::ResourceQuota quota("muster-store");
+  quota.Resize(inflight);
+  builder.SetResourceQuota(quota);
   std::string requested = joinHostPort(options.host, options.port);
   int selected = 0;
   builder.AddListeningPort(requested, credentials, &selected);
   builder.RegisterService(server->service_.get());
-  builder.RegisterService(server->rendezvous_.get());
+  builder.RegisterCallbackGenericService(server->door_.get());
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || selected == 0) {
     return absl::UnavailableError(fmt::format("cannot listen on {}: {}", requested,
                                               whyCannotBind(options.host, options.port)));
   }
-  if (auto* health = server->server_->GetHealthCheckService()) health->SetServingStatus(true);
+  server->health_->setServing(true);
   server->port_ = selected;
   server->address_ = joinHostPort(options.host, selected);
   server->announce_ = options.announce;
   logger()->log(options.announce ? spdlog::level::info : spdlog::level::debug,
-                "store listening on {} (tls {}, token {}, max_value_bytes={}, max_total_bytes={})",
-                 server->address_, options.tlsCertPem.empty() ? "off" : "on",
-                 options.token.empty() ? "off" : "on", options.limits.maxValueBytes,
-                 options.limits.maxTotalBytes);
+                "store listening on {} (tls {}, token {}, max_value_bytes={}, max_total_bytes={}, "
+                "max_inflight_bytes={})",
+                server->address_, options.tlsCertPem.empty() ? "off" : "on",
+                options.token.empty() ? "off" : "on", options.limits.maxValueBytes,
+                options.limits.maxTotalBytes, inflight);
   return server;
 }
 
 StoreServer::~StoreServer() { shutdown(); }
+
+uint64_t StoreServer::rejectedCalls() const { return gate_->rejected(); }
 
 void StoreServer::shutdown(Millis grace) {
   {
@@ -124,7 +152,8 @@ void StoreServer::shutdown(Millis grace) {
     if (down_ || !server_) return;
     down_ = true;
   }
-  if (auto* health = server_->GetHealthCheckService()) health->SetServingStatus(false);
+  health_->setServing(false);
+  door_->close();
   size_t pending = memory_->pendingWaiters();
   memory_->shutdown();
   rendezvous_->shutdown();

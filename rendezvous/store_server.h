@@ -20,6 +20,9 @@ namespace muster::rendezvous {
 
 class StoreService;
 class RendezvousService;
+class FrontDoor;
+class TokenGate;
+class HealthService;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -35,13 +38,17 @@ struct ServerOptions {
   bool standalone = false;
   // How long finished and abandoned runs are remembered, and how many.
   RunRetention retention;
+  // The most memory gRPC may hold for calls in flight (requests being received, answers being
+  // sent); past it, calls are refused with RESOURCE_EXHAUSTED. 0: twice the largest request.
+  size_t maxInflightBytes = 0;
 };
 
 // Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the
 // server down (pending waits end with UNAVAILABLE).
 class StoreServer {
  public:
-  // Errors: INVALID_ARGUMENT (bad host/port/TLS material), UNAVAILABLE (the address cannot be
+  // Errors: INVALID_ARGUMENT (bad host/port/TLS material, a memory bound below the largest
+  // request), UNAVAILABLE (the address cannot be
   // bound; the message names it and says why).
   static absl::StatusOr<std::unique_ptr<StoreServer>> start(ServerOptions options);
   ~StoreServer();
@@ -52,6 +59,8 @@ class StoreServer {
   const std::shared_ptr<MemoryStore>& memory() const { return memory_; }
   StoreService& service() { return *service_; }
   RendezvousService& rendezvous() { return *rendezvous_; }
+  // Calls refused for a missing or wrong token.
+  uint64_t rejectedCalls() const;
 
   // Ends pending waits with UNAVAILABLE, closes every session, stops accepting, and waits at
   // most `grace` for calls in flight. Idempotent.
@@ -62,6 +71,9 @@ class StoreServer {
  private:
   StoreServer() = default;
   std::shared_ptr<MemoryStore> memory_;
+  std::unique_ptr<TokenGate> gate_;
+  std::unique_ptr<FrontDoor> door_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<StoreService> service_;
   std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<grpc::Server> server_;

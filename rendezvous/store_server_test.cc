@@ -302,7 +302,7 @@ TEST(StoreServer, TokenIsRequiredWhenConfigured) {
   pb::StoreResponse response;
   auto status = stub->Call(&context, getRequest(1, "k", 100), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_GE(server->service().rejectedRequests(), 3u);
+  EXPECT_GE(server->rejectedCalls(), 3u);
 }
 
 TEST(StoreServer, RendezvousBesideTheStoreAsksForTheSameToken) {
@@ -388,15 +388,53 @@ TEST(StoreServer, TlsNeedsBothCertificateAndKey) {
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreServer, HealthServiceSaysServing) {
-  auto server = startServer();
+// grpc.health.v1 as gRPC's own service answers it, without the token (probes carry none):
+// Check for the server and each service, NOT_FOUND for others; Watch hears of shutdown.
+TEST(StoreServer, HealthAnswersCheckAndWatchWithoutTheToken) {
+  ServerOptions options;
+  options.token = "s3cret";
+  auto server = startServer(options);
   auto stub = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  grpc::health::v1::HealthCheckRequest request;
-  grpc::health::v1::HealthCheckResponse response;
-  ASSERT_TRUE(stub->Check(&context, request, &response).ok());
-  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  using grpc::health::v1::HealthCheckResponse;
+  for (const char* service : {"", "muster.v1.Store", "muster.v1.Rendezvous"}) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    HealthCheckResponse response;
+    ASSERT_TRUE(stub->Check(&context, request, &response).ok()) << service;
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVING) << service;
+  }
+  grpc::ClientContext unknown;
+  grpc::health::v1::HealthCheckRequest other;
+  other.set_service("no.Such");
+  HealthCheckResponse response;
+  EXPECT_EQ(stub->Check(&unknown, other, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  grpc::ClientContext watching;
+  auto watch = stub->Watch(&watching, grpc::health::v1::HealthCheckRequest());
+  ASSERT_TRUE(watch->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+  server->shutdown();
+  ASSERT_TRUE(watch->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+  EXPECT_FALSE(watch->Read(&response));
+  EXPECT_TRUE(watch->Finish().ok());
+}
+
+// The server's memory for calls in flight cannot be set below one largest request, and the
+// largest request must fit gRPC's 2 GiB messages.
+TEST(StoreServer, AnInflightBoundBelowTheLargestRequestIsRefused) {
+  ServerOptions options;
+  options.limits.maxValueBytes = 1u << 20;
+  options.maxInflightBytes = 1u << 20;
+  auto server = StoreServer::start(options);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(server.status().message().find("cannot hold the largest request"), std::string::npos)
+      << server.status();
+  options.maxInflightBytes = 0;
+  options.limits.maxValueBytes = size_t{3} << 30;
+  EXPECT_EQ(StoreServer::start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StoreServer, ShutdownEndsPendingWaitsWithUnavailable) {

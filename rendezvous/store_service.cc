@@ -1,4 +1,4 @@
-// StoreService: unary Call and streaming Session reactors over the MemoryStore.
+// StoreService: the Session reactor over the MemoryStore, and the unary Call behind the FrontDoor.
 #include "rendezvous/store_service.h"
 
 #include <fmt/format.h>
@@ -6,48 +6,14 @@
 #include <deque>
 #include <unordered_map>
 
+#include "rendezvous/grpc_status.h"
+#include "rendezvous/store.h"
 
 namespace muster::rendezvous {
 namespace {
 
 // Answers a session may hold unwritten (its client reads too slowly or not at all).
 constexpr size_t kMaxUnreadAnswers = 65536;
-
-
-// A unary call. The completion and OnCancel race for a parked operation; MemoryStore::cancel
-// decides which of them finishes the call.
-class CallReactor final : public grpc::ServerUnaryReactor {
- public:
-  CallReactor(std::shared_ptr<MemoryStore> memory, const pb::StoreRequest& request,
-              pb::StoreResponse* response)
-      : memory_(std::move(memory)), waiter_(std::make_shared<Waiter>()) {
-    auto waiter = waiter_;  // `this` may be gone once execute has answered
-    std::lock_guard<std::mutex> lock(waiter->mu);
-    waiter->id = memory_->execute(request, [this, response](pb::StoreResponse&& r) {
-      int code = r.code();
-      std::string message = r.message();
-      *response = std::move(r);
-      Finish(code == 0 ? grpc::Status::OK
-                       : grpc::Status(static_cast<grpc::StatusCode>(code), message));
-    });
-  }
-
-  void OnCancel() override {
-    std::lock_guard<std::mutex> lock(waiter_->mu);
-    if (waiter_->id != MemoryStore::kNotPending && memory_->cancel(waiter_->id)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
-    }
-  }
-  void OnDone() override { delete this; }
-
- private:
-  struct Waiter {
-    std::mutex mu;
-    MemoryStore::WaiterId id = MemoryStore::kNotPending;
-  };
-  std::shared_ptr<MemoryStore> memory_;
-  std::shared_ptr<Waiter> waiter_;
-};
 
 }  // namespace
 
@@ -214,20 +180,26 @@ void StoreService::SessionState::pumpLocked() {
   }
 }
 
-StoreService::StoreService(std::shared_ptr<MemoryStore> memory, std::string token)
-    : memory_(std::move(memory)), gate_(std::move(token)) {}
+StoreService::StoreService(std::shared_ptr<MemoryStore> memory, TokenGate& gate)
+    : memory_(std::move(memory)), gate_(gate) {}
 
 StoreService::~StoreService() = default;
 
-grpc::ServerUnaryReactor* StoreService::Call(grpc::CallbackServerContext* context,
-                                             const pb::StoreRequest* request,
-                                             pb::StoreResponse* response) {
-  if (!gate_.admits(context)) {
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(unauthenticated());
-    return reactor;
-  }
-  return new CallReactor(memory_, *request, response);
+void StoreService::serveCalls(FrontDoor& door) {
+  door.add<pb::StoreRequest>("/muster.v1.Store/Call", [memory = memory_](const pb::StoreRequest& request,
+                                                                          std::shared_ptr<Answer> answer) {
+    auto id = memory->execute(request, [answer](pb::StoreResponse&& response) {
+      if (response.code() == 0) {
+        answer->reply(response);
+      } else {
+        answer->finish(toGrpc(responseStatus(response)));
+      }
+    });
+    // A parked operation whose client left is taken out of the store.
+    answer->onEnd([memory, id](bool clientGone) {
+      if (clientGone && id != MemoryStore::kNotPending) memory->cancel(id);
+    });
+  });
 }
 
 grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* StoreService::Session(

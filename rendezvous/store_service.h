@@ -1,6 +1,7 @@
-// The gRPC face of a MemoryStore: muster.v1.Store on the callback API, with the shared-token
-// check. Blocked operations hold no thread: a reactor finishes when the key arrives, the
-// deadline passes or the client leaves.
+// The gRPC face of a MemoryStore: muster.v1.Store's Session on the callback API (a stream reads
+// nothing before its token is checked), its unary Call through the FrontDoor. Blocked
+// operations hold no thread: a call finishes when the key arrives, the deadline passes or the
+// client leaves.
 #pragma once
 
 #include <atomic>
@@ -11,28 +12,28 @@
 
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/auth.h"
+#include "rendezvous/front_door.h"
 #include "rendezvous/memory_store.h"
 
 namespace muster::rendezvous {
 
 // Thread-safety: gRPC calls it from its own threads; closeAll() may be called from any thread.
 // Lifetime: must outlive the grpc::Server it is registered with.
-class StoreService final : public pb::Store::CallbackService {
+class StoreService final
+    : public pb::Store::WithGenericMethod_Call<pb::Store::WithCallbackMethod_Session<pb::Store::Service>> {
  public:
-  // `token` empty: no authentication.
-  StoreService(std::shared_ptr<MemoryStore> memory, std::string token);
+  // `gate`: the server's token check, shared with its FrontDoor.
+  StoreService(std::shared_ptr<MemoryStore> memory, TokenGate& gate);
   ~StoreService() override;
 
-  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* context,
-                                 const pb::StoreRequest* request,
-                                 pb::StoreResponse* response) override;
+  // Serves Call through `door` (which checks the token).
+  void serveCalls(FrontDoor& door);
   grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* Session(
       grpc::CallbackServerContext* context) override;
 
   // Ends every open session with UNAVAILABLE (after its pending answers are written).
   void closeAll();
   size_t openSessions() const;
-  uint64_t rejectedRequests() const { return gate_.rejected(); }
 
   class SessionState;
 
@@ -40,7 +41,7 @@ class StoreService final : public pb::Store::CallbackService {
   void forget(const std::shared_ptr<SessionState>& state);
 
   std::shared_ptr<MemoryStore> memory_;
-  TokenGate gate_;
+  TokenGate& gate_;
   mutable std::mutex mu_;
   std::set<std::shared_ptr<SessionState>> sessions_;
   bool closed_ = false;

@@ -1,0 +1,110 @@
+// The way in for every call that sends one request: the store's Call, the rendezvous methods
+// and health. gRPC's typed unary and server-streaming methods read the whole request before
+// their handler runs, so a caller without the token could make the server hold the largest
+// message it accepts (a 1 GB call took rendezvousd from 17 MB to 2.6 GB before it was
+// refused). These methods are served through gRPC's generic callback API instead: the method
+// is looked up and the token checked from the call's metadata, and only an admitted call's
+// request is read.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <google/protobuf/message_lite.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "rendezvous/auth.h"
+
+namespace muster::rendezvous {
+
+// The answer to one admitted call, shared by whatever completes it. Thread-safe; the first
+// finish wins and later writes and finishes are ignored.
+class Answer {
+ public:
+  // Queues `message` for the client (a server-streaming method may write several).
+  void write(const google::protobuf::MessageLite& message);
+  // Ends the call with `status` once what was written has gone. False: it had ended already.
+  bool finish(const grpc::Status& status);
+  // A unary answer: `message` then OK.
+  bool reply(const google::protobuf::MessageLite& message);
+  // `hook` runs once when the call is over, on a gRPC thread with no lock of the caller's held;
+  // `clientGone`: it ended because the client left (or the server cancelled it), not by a
+  // finish. Registered after the end, it runs at once.
+  void onEnd(std::function<void(bool clientGone)> hook);
+  const std::string& peer() const { return peer_; }
+
+ private:
+  friend class FrontDoor;
+  class Reactor;
+  Answer(Reactor* reactor, std::string peer) : reactor_(reactor), peer_(std::move(peer)) {}
+  // Reactor events.
+  void written(bool ok);
+  void cancelled();
+  void over();
+  void pumpLocked();
+
+  std::mutex mu_;
+  Reactor* reactor_;            // null once the call is over
+  std::deque<grpc::ByteBuffer> queue_;
+  bool writing_ = false;
+  bool ending_ = false;         // finish asked (or the client left)
+  bool finished_ = false;       // Finish given to gRPC
+  bool clientGone_ = false;
+  bool over_ = false;
+  grpc::Status status_;
+  std::function<void(bool)> hook_;
+  std::string peer_;
+};
+
+// Thread-safety: add() before the server starts; the rest from any thread. Lifetime: outlives
+// the grpc::Server it is registered with.
+class FrontDoor final : public grpc::CallbackGenericService {
+ public:
+  using Handler = std::function<void(grpc::ByteBuffer& request, std::shared_ptr<Answer> answer)>;
+
+  // `gate`: the server's token check (shared with the streams it serves itself).
+  explicit FrontDoor(TokenGate& gate) : gate_(gate) {}
+
+  // Serves `method` ("/package.Service/Method"). `guarded`: only with the token (health is
+  // not, so that probes need no secret).
+  void add(std::string method, Handler handler, bool guarded = true);
+  // The same, with the request parsed; one that does not parse ends INVALID_ARGUMENT.
+  template <class Request>
+  void add(std::string method, std::function<void(const Request&, std::shared_ptr<Answer>)> handler,
+           bool guarded = true) {
+    add(std::move(method), [handler = std::move(handler)](grpc::ByteBuffer& bytes, std::shared_ptr<Answer> answer) {
+      Request request;
+      grpc::Status parsed = grpc::SerializationTraits<Request>::Deserialize(&bytes, &request);
+      if (!parsed.ok()) {
+        answer->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "the request does not parse: " + parsed.error_message()));
+        return;
+      }
+      handler(request, std::move(answer));
+    }, guarded);
+  }
+
+  // Calls that arrive from now on end UNAVAILABLE.
+  void close();
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+
+ private:
+  struct Method {
+    Handler handler;
+    bool guarded = true;
+  };
+  TokenGate& gate_;
+  std::map<std::string, Method, std::less<>> methods_;
+  std::mutex mu_;
+  bool closed_ = false;
+};
+
+}  // namespace muster::rendezvous
