@@ -27,6 +27,9 @@ class TokenGate {
  public:
   explicit TokenGate(std::string token) : token_(std::move(token)) {}
   bool admits(const grpc::CallbackServerContext* context);
+  // Whether the call carries the token, neither counted nor logged (a method open to all that
+  // serves members more).
+  bool carries(const grpc::CallbackServerContext* context) const { return hasToken(context, token_); }
   uint64_t rejected() const { return rejected_.load(); }
 
  private:

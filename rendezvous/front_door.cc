@@ -3,13 +3,23 @@
 
 #include <fmt/format.h>
 
+#include "absl/status/statusor.h"
+#include "rendezvous/grpc_status.h"
+
 namespace muster::rendezvous {
 
 class Answer::Reactor final : public grpc::ServerGenericBidiReactor {
  public:
-  Reactor(const FrontDoor::Handler* handler, std::string peer)
-      : handler_(handler), answer_(new Answer(this, std::move(peer))) {
-    StartRead(&request_);
+  // `read`: read the request; else the handler runs at once with an empty one.
+  Reactor(const FrontDoor::Handler* handler, std::string peer, std::shared_ptr<std::atomic<int64_t>> inFlight,
+          bool read)
+      : handler_(handler), answer_(new Answer(this, std::move(peer))), inFlight_(std::move(inFlight)) {
+    ++*inFlight_;
+    if (read) {
+      StartRead(&request_);
+    } else {
+      (*handler_)(request_, answer_);
+    }
   }
   // A call refused before anything is read.
   explicit Reactor(const grpc::Status& refusal) { Finish(refusal); }
@@ -28,26 +38,40 @@ class Answer::Reactor final : public grpc::ServerGenericBidiReactor {
   }
   void OnDone() override {
     if (answer_) answer_->over();
+    if (inFlight_) --*inFlight_;
     delete this;
   }
 
  private:
   const FrontDoor::Handler* handler_ = nullptr;
   std::shared_ptr<Answer> answer_;
+  std::shared_ptr<std::atomic<int64_t>> inFlight_;
   grpc::ByteBuffer request_;
 };
 
-void Answer::write(const google::protobuf::MessageLite& message) {
+namespace {
+
+absl::StatusOr<grpc::ByteBuffer> serialize(const google::protobuf::MessageLite& message) {
   grpc::ByteBuffer bytes;
   bool own = false;
-  grpc::Status serialized = grpc::SerializationTraits<google::protobuf::MessageLite>::Serialize(message, &bytes, &own);
-  if (!serialized.ok()) {
-    finish(serialized);
+  grpc::Status s = grpc::SerializationTraits<google::protobuf::MessageLite>::Serialize(message, &bytes, &own);
+  if (!s.ok()) return absl::InternalError("cannot serialize the answer: " + s.error_message());
+  return bytes;
+}
+
+const grpc::Status kClientGone(grpc::StatusCode::CANCELLED, "the client went away");
+
+}  // namespace
+
+void Answer::write(const google::protobuf::MessageLite& message) {
+  auto bytes = serialize(message);
+  if (!bytes.ok()) {
+    finish(toGrpc(bytes.status()));
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (ending_) return;
-  queue_.push_back(std::move(bytes));
+  queue_.push_back(std::move(*bytes));
   pumpLocked();
 }
 
@@ -61,8 +85,16 @@ bool Answer::finish(const grpc::Status& status) {
 }
 
 bool Answer::reply(const google::protobuf::MessageLite& message) {
-  write(message);
-  return finish(grpc::Status::OK);
+  auto bytes = serialize(message);
+  if (!bytes.ok()) return finish(toGrpc(bytes.status()));
+  // The message and the status in one batch (StartWriteAndFinish) when nothing is being written.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ending_) return false;
+  queue_.push_back(std::move(*bytes));
+  ending_ = true;
+  status_ = grpc::Status::OK;
+  pumpLocked();
+  return true;
 }
 
 void Answer::onEnd(std::function<void(bool)> hook) {
@@ -70,8 +102,8 @@ void Answer::onEnd(std::function<void(bool)> hook) {
   bool gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    now = over_;
     gone = clientGone_;
+    now = over_ || gone;
     if (!now) hook_ = std::move(hook);
   }
   if (now) hook(gone);
@@ -96,31 +128,44 @@ void Answer::pumpLocked() {
   }
 }
 
-void Answer::written(bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  writing_ = false;
-  if (!queue_.empty()) queue_.pop_front();
-  if (!ok) {
-    // The client is gone: nothing more can be written.
-    queue_.clear();
-    if (!ending_) {
-      ending_ = true;
-      clientGone_ = true;
-      status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
-  }
-  pumpLocked();
-}
-
-void Answer::cancelled() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (finished_) return;
+std::function<void(bool)> Answer::clientLeftLocked() {
   clientGone_ = true;
   // Keep the message being written: gRPC still holds it.
   queue_.erase(writing_ ? queue_.begin() + 1 : queue_.begin(), queue_.end());
-  ending_ = true;
-  status_ = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  if (!ending_) {
+    ending_ = true;
+    status_ = kClientGone;
+  }
   pumpLocked();
+  return std::move(hook_);
+}
+
+void Answer::written(bool ok) {
+  std::function<void(bool)> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (ok) {
+      pumpLocked();
+    } else if (!clientGone_) {
+      // The client is gone: nothing more can be written.
+      hook = clientLeftLocked();
+    }
+  }
+  if (hook) hook(true);
+}
+
+void Answer::cancelled() {
+  std::function<void(bool)> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || clientGone_) return;
+    hook = clientLeftLocked();
+  }
+  // At once, not when the call is over: a parked get or join whose client left must not take a
+  // key or a place in a round meanwhile.
+  if (hook) hook(true);
 }
 
 void Answer::over() {
@@ -130,6 +175,7 @@ void Answer::over() {
     std::lock_guard<std::mutex> lock(mu_);
     reactor_ = nullptr;
     over_ = true;
+    ending_ = true;
     gone = clientGone_;
     hook = std::move(hook_);
     queue_.clear();
@@ -153,13 +199,14 @@ grpc::ServerGenericBidiReactor* FrontDoor::CreateReactor(grpc::GenericCallbackSe
                                             fmt::format("no method {}", context->method())));
   }
   if (it->second.guarded && !gate_.admits(context)) return new Answer::Reactor(unauthenticated());
+  bool read = it->second.guarded || gate_.carries(context);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) {
       return new Answer::Reactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
     }
   }
-  return new Answer::Reactor(&it->second.handler, context->peer());
+  return new Answer::Reactor(&it->second.handler, context->peer(), inFlight_, read);
 }
 
 }  // namespace muster::rendezvous

@@ -7,6 +7,7 @@
 // request is read.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -34,9 +35,9 @@ class Answer {
   bool finish(const grpc::Status& status);
   // A unary answer: `message` then OK.
   bool reply(const google::protobuf::MessageLite& message);
-  // `hook` runs once when the call is over, on a gRPC thread with no lock of the caller's held;
-  // `clientGone`: it ended because the client left (or the server cancelled it), not by a
-  // finish. Registered after the end, it runs at once.
+  // `hook` runs once, on a gRPC thread with no lock of the caller's held: as soon as the client
+  // leaves (or the server cancels the call) with `clientGone` true, else when the call is over
+  // after a finish. Registered after either, it runs at once.
   void onEnd(std::function<void(bool clientGone)> hook);
   const std::string& peer() const { return peer_; }
 
@@ -49,6 +50,8 @@ class Answer {
   void cancelled();
   void over();
   void pumpLocked();
+  // The client left: end the call; returns the hook to run (outside the lock).
+  std::function<void(bool)> clientLeftLocked();
 
   std::mutex mu_;
   Reactor* reactor_;            // null once the call is over
@@ -72,8 +75,10 @@ class FrontDoor final : public grpc::CallbackGenericService {
   // `gate`: the server's token check (shared with the streams it serves itself).
   explicit FrontDoor(TokenGate& gate) : gate_(gate) {}
 
-  // Serves `method` ("/package.Service/Method"). `guarded`: only with the token (health is
-  // not, so that probes need no secret).
+  // Serves `method` ("/package.Service/Method"). `guarded`: only with the token. A method open
+  // to all (health: probes carry no secret) reads the request only of a caller with the token;
+  // the others' handler gets an empty request (the message's defaults), so that no stranger
+  // can make the server hold a large message.
   void add(std::string method, Handler handler, bool guarded = true);
   // The same, with the request parsed; one that does not parse ends INVALID_ARGUMENT.
   template <class Request>
@@ -81,7 +86,8 @@ class FrontDoor final : public grpc::CallbackGenericService {
            bool guarded = true) {
     add(std::move(method), [handler = std::move(handler)](grpc::ByteBuffer& bytes, std::shared_ptr<Answer> answer) {
       Request request;
-      grpc::Status parsed = grpc::SerializationTraits<Request>::Deserialize(&bytes, &request);
+      grpc::Status parsed = bytes.Valid() ? grpc::SerializationTraits<Request>::Deserialize(&bytes, &request)
+                                          : grpc::Status::OK;
       if (!parsed.ok()) {
         answer->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     "the request does not parse: " + parsed.error_message()));
@@ -93,6 +99,8 @@ class FrontDoor final : public grpc::CallbackGenericService {
 
   // Calls that arrive from now on end UNAVAILABLE.
   void close();
+  // Admitted calls not yet over.
+  int64_t inFlight() const { return inFlight_->load(); }
 
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
 
@@ -105,6 +113,7 @@ class FrontDoor final : public grpc::CallbackGenericService {
   std::map<std::string, Method, std::less<>> methods_;
   std::mutex mu_;
   bool closed_ = false;
+  std::shared_ptr<std::atomic<int64_t>> inFlight_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace muster::rendezvous

@@ -16,6 +16,7 @@ constexpr int kOk = 0;
 constexpr int kInvalidArgument = 3;
 constexpr int kDeadlineExceeded = 4;
 constexpr int kNotFound = 5;
+constexpr int kAborted = 10;
 constexpr int kOutOfRange = 11;
 constexpr int kResourceExhausted = 8;
 constexpr int kUnavailable = 14;
@@ -46,7 +47,13 @@ std::string keyList(const std::vector<std::string>& keys) {
 }  // namespace
 
 size_t largestRequest(const StoreLimits& limits) {
-  return 2 * (limits.maxKeyBytes + limits.maxValueBytes) + 4096;
+  auto add = [](size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; };
+  auto times = [](size_t a, size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; };
+  // A compare_set (key, expected, desired) or a list of keys (wait, check, multi_get), each
+  // key or value with a few bytes of framing; in the longest namespace.
+  size_t compareSet = times(2, add(limits.maxKeyBytes, limits.maxValueBytes));
+  size_t keyList = times(limits.maxKeysPerCall, add(limits.maxKeyBytes, 8));
+  return add(add(std::max(compareSet, keyList), limits.maxKeyBytes), 4096);
 }
 
 absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& limits) {
@@ -107,7 +114,7 @@ absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& lim
       if (req.ByteSizeLong() > largestRequest(limits)) {
         return absl::InvalidArgumentError(fmt::format(
             "multi_set of {} keys and {} bytes exceeds the largest request the store takes ({} "
-            "bytes, twice max_key_bytes plus max_value_bytes); split it",
+            "bytes: a compare_set of the longest key and two of the largest values); split it",
             op.keys_size(), total, largestRequest(limits)));
       }
       return absl::OkStatus();
@@ -154,6 +161,78 @@ size_t MemoryStore::totalBytes() const {
   return totalBytes_;
 }
 
+MemoryStore::Stats MemoryStore::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.keys = totalKeys_;
+  s.bytes = totalBytes_;
+  s.namespaces = spaces_.size();
+  s.jobs = jobs_.size();
+  s.waiters = waiters_.size();
+  s.operations = operations_;
+  for (int i = 0; i < kRefusals; ++i) s.refused[i] = refused_[i];
+  return s;
+}
+
+bool MemoryStore::refuse(Refusal why, pb::StoreResponse& resp, int code, std::string message) const {
+  ++refused_[static_cast<int>(why)];
+  return fail(resp, code, std::move(message));
+}
+
+void MemoryStore::dropIfEmpty(const std::string& ns) {
+  auto it = spaces_.find(ns);
+  if (it != spaces_.end() && it->second.kv.empty() && it->second.queues.empty() &&
+      it->second.watchers.empty()) {
+    spaces_.erase(it);
+  }
+}
+
+void MemoryStore::emptyLocked(const std::string& ns, Namespace& space) {
+  int64_t bytes = 0, keys = 0;
+  for (const auto& [key, value] : space.kv) {
+    bytes += static_cast<int64_t>(key.size() + value.size());
+    ++keys;
+  }
+  for (const auto& [key, queue] : space.queues) {
+    for (const auto& value : queue) bytes += static_cast<int64_t>(key.size() + value.size());
+    if (!space.kv.count(key)) ++keys;
+  }
+  account(ns, -bytes, -keys);
+  space.kv.clear();
+  space.queues.clear();
+}
+
+size_t MemoryStore::dropJob(const std::string& job) {
+  Ready ready;
+  size_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // "job" itself, then "job/..." up to "job0" ('0' follows '/').
+    std::vector<std::string> names;
+    if (spaces_.count(job)) names.push_back(job);
+    for (auto it = spaces_.lower_bound(job + "/"), end = spaces_.lower_bound(job + "0"); it != end; ++it) {
+      names.push_back(it->first);
+    }
+    for (const std::string& ns : names) {
+      auto it = spaces_.find(ns);
+      std::unordered_set<WaiterId> parked;
+      for (const auto& [key, ids] : it->second.watchers) parked.insert(ids.begin(), ids.end());
+      for (WaiterId id : parked) {
+        const Waiter& w = waiters_.at(id);
+        pb::StoreResponse resp;
+        resp.set_id(w.requestId);
+        fail(resp, kAborted, fmt::format("run {} is over and its keys are dropped", quoted(job)));
+        ready.emplace_back(detach(id), std::move(resp));
+      }
+      emptyLocked(ns, it->second);
+      spaces_.erase(it);
+      ++dropped;
+    }
+  }
+  for (auto& [cb, r] : ready) cb(std::move(r));
+  return dropped;
+}
+
 MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completion done) {
   pb::StoreResponse resp;
   resp.set_id(req.id());
@@ -165,8 +244,9 @@ MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completi
     if (shutdown_) {
       fail(resp, kUnavailable, "store is shutting down");
     } else if (!valid.ok()) {
-      fail(resp, static_cast<int>(valid.code()), std::string(valid.message()));
+      refuse(Refusal::kLimit, resp, static_cast<int>(valid.code()), std::string(valid.message()));
     } else {
+      ++operations_[req.op_case()];
       std::vector<std::string> waitKeys;
       switch (req.op_case()) {
         case pb::StoreRequest::kGet: waitKeys = {req.get().key()}; break;
@@ -184,6 +264,7 @@ MemoryStore::WaiterId MemoryStore::execute(const pb::StoreRequest& req, Completi
       } else {
         run(req, resp, ready);
       }
+      dropIfEmpty(req.ns());
     }
   }
   for (auto& [cb, r] : ready) cb(std::move(r));
@@ -207,13 +288,13 @@ bool MemoryStore::park(const pb::StoreRequest& req, std::vector<std::string> key
     return fail(resp, kNotFound, fmt::format("missing {}", keyList(missingKeys(&space, w.keys))));
   }
   if (waiters_.size() >= limits_.maxWaiters) {
-    return fail(resp, kResourceExhausted,
+    return refuse(Refusal::kCapacity, resp, kResourceExhausted,
                 fmt::format("{} operations already wait for keys; max_waiters={}",
                             waiters_.size(), limits_.maxWaiters));
   }
   if (auto job = jobs_.find(jobOf(req.ns()));
       job != jobs_.end() && job->second.waiters >= limits_.maxJobWaiters) {
-    return fail(resp, kResourceExhausted,
+    return refuse(Refusal::kJobQuota, resp, kResourceExhausted,
                 fmt::format("job {} is at its quota: {} of its operations already wait for keys; "
                             "max_job_waiters={}",
                             quoted(jobOf(req.ns())), job->second.waiters, limits_.maxJobWaiters));
@@ -271,7 +352,7 @@ void MemoryStore::fillValues(const Namespace& space, const Waiter& w,
     size_t total = 0;
     for (const auto& key : w.keys) total += valueOf(key).size();
     if (total > limits_.maxReplyBytes) {
-      fail(resp, kResourceExhausted,
+      refuse(Refusal::kCapacity, resp, kResourceExhausted,
            fmt::format("multi_get of {} keys would answer {} bytes, over max_reply_bytes={}",
                        w.keys.size(), total, limits_.maxReplyBytes));
       return;
@@ -303,7 +384,12 @@ MemoryStore::Completion MemoryStore::detach(WaiterId id) {
 
 bool MemoryStore::cancel(WaiterId id) {
   std::lock_guard<std::mutex> lock(mu_);
-  return detach(id) != nullptr;
+  auto it = waiters_.find(id);
+  if (it == waiters_.end()) return false;
+  std::string ns = it->second.ns;
+  detach(id);
+  dropIfEmpty(ns);
+  return true;
 }
 
 void MemoryStore::keyArrived(Namespace& space, const std::string& key, Ready& ready,
@@ -328,7 +414,7 @@ std::string MemoryStore::jobOf(const std::string& ns) { return ns.substr(0, ns.f
 bool MemoryStore::roomFor(const std::string& ns, const std::string& what, int64_t bytes,
                           int64_t keys, pb::StoreResponse& resp) const {
   if (bytes > 0 && totalBytes_ + static_cast<size_t>(bytes) > limits_.maxTotalBytes) {
-    return fail(resp, kResourceExhausted,
+    return refuse(Refusal::kCapacity, resp, kResourceExhausted,
                 fmt::format("store is full: {} needs {} more bytes, {} of max_total_bytes={} are "
                             "in use",
                             what, bytes, totalBytes_, limits_.maxTotalBytes));
@@ -336,13 +422,13 @@ bool MemoryStore::roomFor(const std::string& ns, const std::string& what, int64_
   auto job = jobs_.find(jobOf(ns));
   JobUsage used = job == jobs_.end() ? JobUsage{} : job->second;
   if (bytes > 0 && used.bytes + static_cast<size_t>(bytes) > limits_.maxJobBytes) {
-    return fail(resp, kResourceExhausted,
+    return refuse(Refusal::kJobQuota, resp, kResourceExhausted,
                 fmt::format("job {} is at its quota: {} needs {} more bytes, {} of "
                             "max_job_bytes={} are in use",
                             quoted(jobOf(ns)), what, bytes, used.bytes, limits_.maxJobBytes));
   }
   if (keys > 0 && used.keys + static_cast<size_t>(keys) > limits_.maxJobKeys) {
-    return fail(resp, kResourceExhausted,
+    return refuse(Refusal::kJobQuota, resp, kResourceExhausted,
                 fmt::format("job {} is at its quota: {} needs {} more key(s), {} of "
                             "max_job_keys={} are in use",
                             quoted(jobOf(ns)), what, keys, used.keys, limits_.maxJobKeys));
@@ -352,6 +438,7 @@ bool MemoryStore::roomFor(const std::string& ns, const std::string& what, int64_
 
 void MemoryStore::account(const std::string& ns, int64_t bytes, int64_t keys, int64_t waiters) {
   totalBytes_ = static_cast<size_t>(static_cast<int64_t>(totalBytes_) + bytes);
+  totalKeys_ = static_cast<size_t>(static_cast<int64_t>(totalKeys_) + keys);
   std::string job = jobOf(ns);
   JobUsage& used = jobs_[job];
   used.bytes = static_cast<size_t>(static_cast<int64_t>(used.bytes) + bytes);
@@ -525,7 +612,7 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       size_t total = 0;
       for (const auto& [key, value] : space.kv) total += key.size();
       if (total > limits_.maxReplyBytes) {
-        fail(resp, kResourceExhausted,
+        refuse(Refusal::kCapacity, resp, kResourceExhausted,
              fmt::format("list would answer {} keys ({} bytes), over max_reply_bytes={}",
                          space.kv.size(), total, limits_.maxReplyBytes));
         return;
@@ -535,21 +622,8 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       return;
     }
     case pb::StoreRequest::kClear: {
-      int64_t removed = static_cast<int64_t>(space.kv.size());
-      int64_t bytes = 0, keys = 0;
-      for (const auto& [key, value] : space.kv) {
-        bytes += static_cast<int64_t>(key.size() + value.size());
-        ++keys;
-      }
-      for (const auto& [key, queue] : space.queues) {
-        for (const auto& value : queue) bytes += static_cast<int64_t>(key.size() + value.size());
-        if (!space.kv.count(key)) ++keys;
-      }
-      account(req.ns(), -bytes, -keys);
-      space.kv.clear();
-      space.queues.clear();
-      resp.set_number(removed);
-      if (space.watchers.empty()) spaces_.erase(req.ns());
+      resp.set_number(static_cast<int64_t>(space.kv.size()));
+      emptyLocked(req.ns(), space);
       return;
     }
     case pb::StoreRequest::kInfo: {
@@ -612,7 +686,9 @@ void MemoryStore::timerLoop() {
            fmt::format("timed out after {} ms waiting for {} of {} key(s) in namespace '{}': "
                        "missing {}",
                        w.timeoutMs, missing.size(), w.keys.size(), w.ns, keyList(missing)));
+      std::string ns = w.ns;
       ready.emplace_back(detach(id), std::move(resp));
+      dropIfEmpty(ns);
     }
     lock.unlock();
     for (auto& [cb, r] : ready) cb(std::move(r));

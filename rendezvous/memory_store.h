@@ -6,6 +6,7 @@
 #include <deque>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -44,8 +45,9 @@ struct StoreLimits {
 };
 
 // The largest request the store takes: a compare_set of the longest key and two of the largest
-// values, in the longest namespace, with room for framing. The server refuses a larger message
-// (gRPC's receive limit), and validateRequest a multi_set that would not fit.
+// values, or a call naming max_keys_per_call of the longest keys, whichever is larger, in the
+// longest namespace, with room for framing (saturating at SIZE_MAX). The server refuses a larger
+// message (gRPC's receive limit), and validateRequest a multi_set that would not fit.
 size_t largestRequest(const StoreLimits& limits);
 
 // Checks what can be checked without the store's state: key sizes, value sizes, keys per call,
@@ -81,8 +83,26 @@ class MemoryStore {
   // Ends every parked operation with UNAVAILABLE and answers every later request so.
   void shutdown();
 
+  // Drops every namespace of `job` (a run id: "job" and "job/..."): its keys and queues go, and
+  // its parked operations end with ABORTED. rendezvousd calls it when it forgets a run.
+  // Returns the namespaces dropped.
+  size_t dropJob(const std::string& job);
+
   size_t pendingWaiters() const;
   size_t totalBytes() const;
+
+  // Why requests were refused (metrics).
+  enum class Refusal { kLimit, kCapacity, kJobQuota };
+  static constexpr int kRefusals = 3;
+  struct Stats {
+    size_t keys = 0, bytes = 0, namespaces = 0, jobs = 0, waiters = 0;
+    // Requests since start, by operation (pb::StoreRequest::OpCase).
+    std::map<int, uint64_t> operations;
+    // Requests refused since start: over a size or count limit (INVALID_ARGUMENT), over the
+    // store's capacity (total bytes, waiters, reply size), over a job's quota.
+    uint64_t refused[kRefusals] = {};
+  };
+  Stats stats() const;
   const StoreLimits& limits() const { return limits_; }
 
  private:
@@ -130,15 +150,25 @@ class MemoryStore {
                pb::StoreResponse& resp) const;
   // Books the change in the store's total and the job's usage.
   void account(const std::string& ns, int64_t bytes, int64_t keys, int64_t waiters = 0);
+  // Deletes the keys and queues of `ns` (not its waiters), booking what they held.
+  void emptyLocked(const std::string& ns, Namespace& space);
+  // A namespace with no key, queue or waiter is not kept.
+  void dropIfEmpty(const std::string& ns);
+  // Counts a refusal and fails `resp` with it; returns false.
+  bool refuse(Refusal why, pb::StoreResponse& resp, int code, std::string message) const;
 
   const StoreLimits limits_;
   mutable std::mutex mu_;
   std::condition_variable timerCv_;
-  std::unordered_map<std::string, Namespace> spaces_;
+  // Ordered: a job's namespaces ("job", "job/...") are one range.
+  std::map<std::string, Namespace> spaces_;
   std::unordered_map<WaiterId, Waiter> waiters_;
   std::set<std::pair<Deadline, WaiterId>> timeouts_;
   WaiterId nextWaiter_ = 1;
   size_t totalBytes_ = 0;
+  size_t totalKeys_ = 0;
+  std::map<int, uint64_t> operations_;
+  mutable uint64_t refused_[kRefusals] = {};
   std::unordered_map<std::string, JobUsage> jobs_;  // jobs holding anything
   bool shutdown_ = false;
   std::thread timer_;

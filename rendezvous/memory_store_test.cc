@@ -218,13 +218,13 @@ TEST(MemoryStore, RequestWithoutOperationIsInvalid) {
 // would not is refused with a message saying to split it, and a namespace is held to the key
 // limit.
 TEST(MemoryStore, AMultiSetLargerThanTheLargestRequestIsRefused) {
-  StoreLimits limits{.maxKeyBytes = 16, .maxValueBytes = 100};
+  StoreLimits limits{.maxKeyBytes = 16, .maxValueBytes = 100, .maxKeysPerCall = 100};
   pb::StoreRequest fits;
   fits.mutable_multi_set()->add_keys("a");
   fits.mutable_multi_set()->add_values(std::string(100, 'x'));
   EXPECT_TRUE(validateRequest(fits, limits).ok());
   pb::StoreRequest big;
-  for (int i = 0; i < 60; ++i) {
+  for (int i = 0; i < 80; ++i) {
     big.mutable_multi_set()->add_keys("k" + std::to_string(i));
     big.mutable_multi_set()->add_values(std::string(100, 'x'));
   }

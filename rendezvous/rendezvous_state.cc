@@ -63,18 +63,35 @@ void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
   cv_.notify_all();
 }
 
-void RendezvousState::forgetDue() {
+RendezvousState::Stats RendezvousState::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = counts_;
+  s.runsActive = runs_.size();
+  s.runsFinished = finished_.size();
+  s.watchers = watcherRuns_.size();
+  s.pendingJoins = joinRuns_.size();
+  for (const auto& [id, run] : runs_) s.roundsRunning += run.running ? 1 : 0;
+  return s;
+}
+
+void RendezvousState::forgetDue(Actions& actions) {
   auto now = Clock::now();
+  auto forgot = [&](const std::string& runId) {
+    ++counts_.runsForgotten;
+    if (onForget_) actions.push_back([hook = onForget_, runId] { hook(runId); });
+  };
   while (!retentions_.empty() &&
          (retentions_.front().at <= now || retentions_.size() > retention_.maxRuns)) {
     Retention r = std::move(retentions_.front());
     retentions_.pop_front();
     if (auto f = finished_.find(r.runId); f != finished_.end() && f->second.seq == r.seq) {
       finished_.erase(f);
+      forgot(r.runId);
       logger()->debug("forgot finished run '{}'; its id may start a new run", r.runId);
     } else if (auto it = runs_.find(r.runId);
                it != runs_.end() && it->second.idleSeq == r.seq && idle(it->second)) {
       runs_.erase(it);
+      forgot(r.runId);
       logger()->debug("forgot run '{}': no node for {:.0f} s", r.runId,
                       retention_.ttl.count() / 1000.0);
     }
@@ -94,6 +111,7 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = nextId_++;
+    ++counts_.joins;
     const pb::NodeInfo& node = req.node();
     auto reject = [&](absl::Status s) { actions.push_back([done, s] { done(s); }); };
     if (shutdown_) {
@@ -246,12 +264,14 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
     layout += fmt::format("{}{}={}x{}", r ? ", " : "", r, joined[r].node.host(), joined[r].node.local_world_size());
     actions.push_back([done = std::move(joined[r].done), a] { done(a); });
   }
+  ++counts_.roundsStarted;
   logger()->info("run '{}' round {}: {} node(s), world size {} [{}]", runId, run.round, joined.size(), world, layout);
 }
 
 void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& actions) {
   pb::RoundEvent e = event;
   e.set_round(run.round);
+  if (e.kind() >= 0 && e.kind() < 5) ++counts_.roundsEnded[e.kind()];
   for (auto it = run.watchers.begin(); it != run.watchers.end();) {
     if (it->second.round == run.round) {
       actions.push_back([sink = it->second.sink, e] { sink(e); });
@@ -330,6 +350,7 @@ void RendezvousState::unwatch(uint64_t id, bool clientGone) {
       e.set_message(fmt::format("node {} (group rank {}) was lost: its agent went away",
                                 who(m->second.node), m->second.groupRank));
       logger()->warn("run '{}' round {}: {}", runId, run.round, e.message());
+      ++counts_.nodesLostAgentGone;
       endRound(run, e, actions);
     }
     noteIfIdle(runId, run);
@@ -423,7 +444,7 @@ void RendezvousState::timerLoop() {
       continue;
     }
     Actions actions;
-    forgetDue();
+    forgetDue(actions);
     auto now = Clock::now();
     for (auto& [runId, run] : runs_) {
       if (run.lastCall <= now) {
@@ -449,6 +470,7 @@ void RendezvousState::timerLoop() {
           e.set_message(fmt::format("node {} (group rank {}) was lost: no heartbeat for {:.1f} s", who(m.node),
                                     m.groupRank, run.keepAliveMs / 1000.0));
           logger()->warn("run '{}' round {}: {}", runId, run.round, e.message());
+          ++counts_.nodesLostSilent;
           endRound(run, e, actions);
           break;
         }

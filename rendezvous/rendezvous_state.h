@@ -60,6 +60,28 @@ class RendezvousState {
   // Runs remembered: active, finished and idle ones.
   size_t runCount() const;
 
+  // What an operator watches (rendezvousd's metrics).
+  struct Stats {
+    size_t runsActive = 0;     // gathering, running or idle, not yet forgotten
+    size_t runsFinished = 0;   // finished, remembered until their time-to-live
+    size_t roundsRunning = 0;
+    size_t pendingJoins = 0;
+    size_t watchers = 0;
+    uint64_t joins = 0;          // since start
+    uint64_t roundsStarted = 0;
+    uint64_t runsForgotten = 0;
+    // Rounds ended, by the event that ended them (pb::RoundEvent::Kind).
+    uint64_t roundsEnded[5] = {};
+    // Nodes lost, by cause.
+    uint64_t nodesLostSilent = 0;     // no heartbeat within keep_alive
+    uint64_t nodesLostAgentGone = 0;  // its agent's watch stream dropped
+  };
+  Stats stats() const;
+
+  // Runs once for each run forgotten (outside the state's lock, on its timer thread): the
+  // service drops what the run left in the store. Set before the first join.
+  void onForget(std::function<void(const std::string& runId)> hook) { onForget_ = std::move(hook); }
+
  private:
   struct Pending {
     uint64_t id;
@@ -115,7 +137,7 @@ class RendezvousState {
   // Moves a run whose job succeeded out of runs_ (the caller holds no reference into it).
   void retire(std::map<std::string, Run>::iterator it);
   // Forgets what is due (or beyond the cap). Not while iterating runs_.
-  void forgetDue();
+  void forgetDue(Actions& actions);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -128,6 +150,8 @@ class RendezvousState {
   std::map<uint64_t, std::string> watcherRuns_;  // watcher id -> run
   uint64_t nextId_ = 1;
   bool shutdown_ = false;
+  Stats counts_;  // the counters of stats(); the gauges are computed
+  std::function<void(const std::string&)> onForget_;
   std::thread timer_;
 };
 

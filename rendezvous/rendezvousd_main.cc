@@ -13,6 +13,8 @@
 #include "common/files.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "rendezvous/metrics_endpoint.h"
+#include "rendezvous/server_metrics.h"
 #include "rendezvous/store_server.h"
 
 using muster::rendezvous::ServerOptions;
@@ -79,6 +81,13 @@ int main(int argc, char** argv) {
                  "most finished or abandoned runs remembered; the oldest are forgotten first")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  int metricsPort = -1;
+  std::string metricsHost;
+  app.add_option("--metrics-port", metricsPort,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port and "
+                 "logs it); no token guards them, and nothing secret is in them")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-host", metricsHost, "address for the metrics (default: --host)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error (or MUSTER_LOG_LEVEL)");
   try {
     app.parse(argc, argv);
@@ -145,6 +154,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rendezvousd: %s\n", std::string(server.status().message()).c_str());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
+  std::unique_ptr<muster::rendezvous::MetricsEndpoint> metrics;
+  if (metricsPort >= 0) {
+    muster::rendezvous::StoreServer* served = server->get();
+    auto endpoint = muster::rendezvous::MetricsEndpoint::start(
+        metricsHost.empty() ? options.host : metricsHost, metricsPort,
+        [served] { return muster::rendezvous::renderMetrics(*served); });
+    if (!endpoint.ok()) {
+      std::fprintf(stderr, "rendezvousd: %s\n", std::string(endpoint.status().message()).c_str());
+      return endpoint.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    metrics = std::move(*endpoint);
+    logger->info("metrics on http://{}/metrics",
+                 muster::rendezvous::joinHostPort(metricsHost.empty() ? options.host : metricsHost,
+                                                  metrics->port()));
+  }
   int received = 0;
   std::string lost;
   while (true) {
@@ -160,9 +184,11 @@ int main(int argc, char** argv) {
     logger->error("cannot accept connections any more ({}; {} descriptors allowed): exiting so that "
                   "the supervisor restarts the service; raise the limit (LimitNOFILE=, ulimit -n)",
                   lost, muster::descriptorLimit());
+    metrics.reset();
     (*server)->shutdown(muster::Millis(1000));
     return 1;
   }
+  metrics.reset();
   logger->info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->shutdown();
   (*server)->wait();

@@ -72,14 +72,14 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   size_t largest = largestRequest(options.limits);
   if (largest > INT_MAX) {
     return absl::InvalidArgumentError(fmt::format(
-        "the largest request ({} bytes, twice max_key_bytes plus max_value_bytes) exceeds gRPC's "
-        "2 GiB message limit", largest));
+        "the largest request ({} bytes, from max_key_bytes, max_value_bytes and "
+        "max_keys_per_call) exceeds gRPC's 2 GiB message limit", largest));
   }
   size_t inflight = options.maxInflightBytes != 0 ? options.maxInflightBytes : 2 * largest;
   if (inflight < largest) {
     return absl::InvalidArgumentError(fmt::format(
-        "max_inflight_bytes={} cannot hold the largest request ({} bytes, twice max_key_bytes "
-        "plus max_value_bytes)", inflight, largest));
+        "max_inflight_bytes={} cannot hold the largest request ({} bytes, from max_key_bytes, "
+        "max_value_bytes and max_keys_per_call)", inflight, largest));
   }
   log::routeGrpcLogs();
   std::unique_ptr<StoreServer> server(new StoreServer());
@@ -90,6 +90,17 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
       std::vector<std::string>{"muster.v1.Store", "muster.v1.Rendezvous"});
   server->service_ = std::make_unique<StoreService>(server->memory_, *server->gate_);
   server->rendezvous_ = std::make_unique<RendezvousService>(options.standalone, options.retention);
+  if (options.standalone) {
+    // A run the service forgets has no node left: what it left in the store goes with it.
+    std::weak_ptr<MemoryStore> memory = server->memory_;
+    server->rendezvous_->state().onForget([memory](const std::string& runId) {
+      auto store = memory.lock();
+      if (!store) return;
+      if (size_t n = store->dropJob(runId); n > 0) {
+        logger()->debug("dropped {} namespace(s) of forgotten run '{}'", n, runId);
+      }
+    });
+  }
   server->health_->serve(*server->door_);
   server->service_->serveCalls(*server->door_);
   server->rendezvous_->serve(*server->door_);
@@ -145,6 +156,8 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
 StoreServer::~StoreServer() { shutdown(); }
 
 uint64_t StoreServer::rejectedCalls() const { return gate_->rejected(); }
+
+int64_t StoreServer::callsInFlight() const { return door_->inFlight(); }
 
 void StoreServer::shutdown(Millis grace) {
   {

@@ -61,6 +61,8 @@ class StoreServer {
   RendezvousService& rendezvous() { return *rendezvous_; }
   // Calls refused for a missing or wrong token.
   uint64_t rejectedCalls() const;
+  // Admitted one-request calls not yet over (FrontDoor).
+  int64_t callsInFlight() const;
 
   // Ends pending waits with UNAVAILABLE, closes every session, stops accepting, and waits at
   // most `grace` for calls in flight. Idempotent.
