@@ -86,7 +86,7 @@ absl::Status Agent::prepare() {
   server.port = 0;
   server.token = layout_.token;
   server.announce = false;
-  auto started = rendezvous::StoreServer::start(server);
+  auto started = rendezvous::RendezvousServer::start(server);
   if (!started.ok()) return started.status();
   store_ = std::move(*started);
   endpoint_ = store_->address();
@@ -142,7 +142,7 @@ absl::Status Agent::prepareMultiNode() {
     server.host = options_.maxNodes == 1 && options_.rdzvBackend != "static" ? host : "0.0.0.0";
     server.port = port;
     server.token = layout_.token;
-    auto started = rendezvous::StoreServer::start(server);
+    auto started = rendezvous::RendezvousServer::start(server);
     if (!started.ok()) {
       if (options_.rdzvBackend == "static") return started.status();
       // A c10d endpoint that is taken may be a standalone rendezvousd: use it.

@@ -22,7 +22,7 @@
 #include "launcher/shared_dir_probe.h"
 #include "launcher/worker_group.h"
 #include "launcher/worker_specs.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 #include "rendezvous/tcpstore_front.h"
 
 namespace muster::launcher {
@@ -98,7 +98,7 @@ class Agent {
   boost::asio::steady_timer killTimer_;
   boost::asio::steady_timer reportTimer_;
   Reaper reaper_;
-  std::unique_ptr<rendezvous::StoreServer> store_;
+  std::unique_ptr<rendezvous::RendezvousServer> store_;
   std::unique_ptr<WorkerGroup> group_;
   // The workers' store: TCPStore's protocol on MASTER_PORT, over store_'s state when this
   // node hosts it, else over a state of its own.

@@ -19,7 +19,6 @@ auto logger() {
 constexpr Millis kReportDeadline{10000};
 // Beyond the join timeout: the service says "timed out" itself, with the numbers.
 constexpr Millis kJoinAnswerMargin{5000};
-constexpr Millis kFirstBackoff{50}, kMaxBackoff{1000};
 
 }  // namespace
 
@@ -58,7 +57,7 @@ void NodeRendezvous::join(int masterPort, bool serviceRestarts,
   joinRequest_ = std::move(req);
   joined_ = std::move(done);
   joinDeadline_ = deadlineAfter(conf_.joinTimeout + kJoinAnswerMargin);
-  joinBackoff_ = kFirstBackoff;
+  joinBackoff_.reset();
   retryUnavailable_ = serviceRestarts;
   ++joinGeneration_;
   retryTimer_.cancel();
@@ -71,15 +70,15 @@ void NodeRendezvous::sendJoin() {
                    absl::StatusOr<muster::v1::Assignment> result) {
     asio::post(io_, [this, alive, generation, result = std::move(result)]() mutable {
       if (!*alive || generation != joinGeneration_ || !joined_) return;
+      Millis pause = joinBackoff_.next();
       if (retryUnavailable_ && !result.ok() &&
           result.status().code() == absl::StatusCode::kUnavailable &&
-          Clock::now() + joinBackoff_ < joinDeadline_) {
+          Clock::now() + pause < joinDeadline_) {
         // The connection broke under the call (a rendezvousd that was just restarted, the
         // old connection not yet seen closed), or it is restarting: ask the new one.
         logger()->debug("join: {}; asking again in {} ms", std::string(result.status().message()),
-                        joinBackoff_.count());
-        retryTimer_.expires_after(joinBackoff_);
-        joinBackoff_ = std::min(joinBackoff_ * 2, kMaxBackoff);
+                        pause.count());
+        retryTimer_.expires_after(pause);
         retryTimer_.async_wait([this, alive, generation](const boost::system::error_code& ec) {
           if (!ec && *alive && generation == joinGeneration_ && joined_) sendJoin();
         });

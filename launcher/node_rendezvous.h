@@ -11,6 +11,7 @@
 #include <boost/asio.hpp>
 
 #include "absl/status/statusor.h"
+#include "common/backoff.h"
 #include "common/deadline.h"
 #include "launcher/options.h"
 #include "rendezvous/rendezvous_client.h"
@@ -77,7 +78,7 @@ class NodeRendezvous {
   muster::v1::JoinRequest joinRequest_;
   std::function<void(absl::StatusOr<muster::v1::Assignment>)> joined_;
   Deadline joinDeadline_;
-  Millis joinBackoff_{50};
+  Backoff joinBackoff_{Millis(50), Millis(1000)};
   bool retryUnavailable_ = false;
   uint64_t joinGeneration_ = 0;  // a completion of an older join is dropped
   int pendingReports_ = 0;

@@ -15,10 +15,10 @@
 #include "common/log.h"
 #include "rendezvous/metrics_endpoint.h"
 #include "rendezvous/server_metrics.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 
 using muster::rendezvous::ServerOptions;
-using muster::rendezvous::StoreServer;
+using muster::rendezvous::RendezvousServer;
 
 int main(int argc, char** argv) {
   ServerOptions options;
@@ -149,14 +149,14 @@ int main(int argc, char** argv) {
     pthread_kill(mainThread, SIGUSR1);
   });
 
-  auto server = StoreServer::start(options);
+  auto server = RendezvousServer::start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "rendezvousd: %s\n", std::string(server.status().message()).c_str());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::unique_ptr<muster::rendezvous::MetricsEndpoint> metrics;
   if (metricsPort >= 0) {
-    muster::rendezvous::StoreServer* served = server->get();
+    muster::rendezvous::RendezvousServer* served = server->get();
     auto endpoint = muster::rendezvous::MetricsEndpoint::start(
         metricsHost.empty() ? options.host : metricsHost, metricsPort,
         [served] { return muster::rendezvous::renderMetrics(*served); });

@@ -9,7 +9,7 @@
 
 #include "common/limits.h"
 #include "rendezvous/rendezvous_service.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 #include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
@@ -58,7 +58,7 @@ Process process() {
 
 }  // namespace
 
-std::string renderMetrics(StoreServer& server) {
+std::string renderMetrics(RendezvousServer& server) {
   auto store = server.memory()->stats();
   auto rdzv = server.rendezvous().state().stats();
   auto proc = process();

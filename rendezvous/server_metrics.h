@@ -6,8 +6,8 @@
 
 namespace muster::rendezvous {
 
-class StoreServer;
+class RendezvousServer;
 
-std::string renderMetrics(StoreServer& server);
+std::string renderMetrics(RendezvousServer& server);
 
 }  // namespace muster::rendezvous

@@ -10,10 +10,10 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <thread>
 #include <unordered_map>
 
+#include "common/backoff.h"
 #include "common/log.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/grpc_channel.h"
@@ -37,12 +37,6 @@ constexpr Millis kMaxBackoff{2000};
 // Sets (count, bytes) a session keeps for replay before it asks the server to confirm them.
 constexpr size_t kMaxUnacked = 4096;
 constexpr size_t kMaxUnackedBytes = size_t{64} << 20;
-
-Millis jittered(Millis base) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_real_distribution<double> factor(0.5, 1.5);
-  return Millis(static_cast<int64_t>(base.count() * factor(rng)));
-}
 
 // Ids of quiet requests (answered only on failure) carry this bit, so that their failure
 // answers are told apart from late answers to callers that gave up.
@@ -406,7 +400,7 @@ class ClientConnection {
       limits = limits_;
     }
     if (auto valid = validateRequest(request, limits); !valid.ok()) return valid;
-    Millis backoff = kFirstBackoff;
+    Backoff backoff(kFirstBackoff, kMaxBackoff);
     while (true) {
       auto session = this->session(deadline);
       if (!session.ok()) return session.status();
@@ -420,10 +414,9 @@ class ClientConnection {
         }
         return status;
       }
-      Millis pause = jittered(backoff);
+      Millis pause = backoff.next();
       if (deadline != kNoDeadline && Clock::now() + pause >= deadline) return status;
       std::this_thread::sleep_for(pause);
-      backoff = std::min(kMaxBackoff, backoff * 2);
     }
   }
 
@@ -446,7 +439,7 @@ class ClientConnection {
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request, Deadline deadline,
                                             bool retryable) {
     bool blocking = request.timeout_ms() != 0;
-    Millis backoff = kFirstBackoff;
+    Backoff backoff(kFirstBackoff, kMaxBackoff);
     while (true) {
       if (blocking && deadline != kNoDeadline) {
         request.set_timeout_ms(std::max<int64_t>(1, millisLeft(deadline)));
@@ -466,12 +459,11 @@ class ClientConnection {
             "{}; not retried because the operation may have been applied",
             std::string(result.status().message())));
       }
-      Millis pause = jittered(backoff);
+      Millis pause = backoff.next();
       if (deadline != kNoDeadline && Clock::now() + pause >= deadline) return result.status();
       logger()->debug("store {} unavailable ({}); retrying in {} ms", options_.target,
                       std::string(result.status().message()), pause.count());
       std::this_thread::sleep_for(pause);
-      backoff = std::min(kMaxBackoff, backoff * 2);
     }
   }
 

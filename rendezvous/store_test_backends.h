@@ -7,7 +7,7 @@
 
 #include "rendezvous/local_store.h"
 #include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 
 namespace muster::rendezvous::testing {
 
@@ -42,7 +42,7 @@ class GrpcBackend {
     options.host = "127.0.0.1";
     options.port = 0;
     options.limits = testLimits();
-    auto server = StoreServer::start(options);
+    auto server = RendezvousServer::start(options);
     if (!server.ok()) throw std::runtime_error(std::string(server.status().message()));
     server_ = std::move(*server);
   }
@@ -55,10 +55,10 @@ class GrpcBackend {
     return std::move(*client);
   }
   MemoryStore& memory() { return *server_->memory(); }
-  StoreServer& server() { return *server_; }
+  RendezvousServer& server() { return *server_; }
 
  private:
-  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<RendezvousServer> server_;
 };
 
 }  // namespace muster::rendezvous::testing

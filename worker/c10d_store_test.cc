@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 
 namespace muster::worker {
 namespace {
@@ -44,7 +44,7 @@ struct MusterBackend {
     rendezvous::ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
-    server = std::move(*rendezvous::StoreServer::start(options));
+    server = std::move(*rendezvous::RendezvousServer::start(options));
   }
   c10::intrusive_ptr<c10d::Store> open() {
     auto client = rendezvous::StoreClient::connect({.target = server->address(), .ns = "job/0"},
@@ -52,7 +52,7 @@ struct MusterBackend {
     std::shared_ptr<rendezvous::Store> shared(std::move(*client));
     return c10::make_intrusive<C10dStore>(shared, kTimeout);
   }
-  std::unique_ptr<rendezvous::StoreServer> server;
+  std::unique_ptr<rendezvous::RendezvousServer> server;
 };
 
 // Each backend, bare and under a PrefixStore (as ProcessGroupGloo uses it).

@@ -16,7 +16,7 @@
 
 #include "common/log.h"
 #include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 #include "worker/c10d_store.h"
 
 extern char** environ;
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   muster::rendezvous::ServerOptions so;
   so.host = "127.0.0.1";
   so.port = 0;
-  auto ours = muster::rendezvous::StoreServer::start(so);
+  auto ours = muster::rendezvous::RendezvousServer::start(so);
   c10d::TCPStoreOptions to;
   to.port = 0;
   to.isServer = true;

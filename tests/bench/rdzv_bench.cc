@@ -22,7 +22,7 @@
 #include "common/log.h"
 #include "muster/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 
 extern char** environ;
 namespace pb = muster::v1;
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   so.host = "127.0.0.1";
   so.port = 0;
   so.announce = false;
-  auto server = muster::rendezvous::StoreServer::start(so);
+  auto server = muster::rendezvous::RendezvousServer::start(so);
   std::string target = (*server)->address();
   std::printf("rendezvous benchmark: agents joining one round, %u cores, %d client processes\n",
               std::thread::hardware_concurrency(), procs);

@@ -19,7 +19,7 @@
 #include "common/log.h"
 #include "rendezvous/store_client.h"
 #include "common/net.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 #include "rendezvous/tcpstore_front.h"
 
 extern char** environ;
@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
         muster::rendezvous::ServerOptions opts;
         opts.host = "127.0.0.1";
         opts.port = 0;
-        auto server = muster::rendezvous::StoreServer::start(opts);
+        auto server = muster::rendezvous::RendezvousServer::start(opts);
         if (!server.ok()) {
           std::fprintf(stderr, "store_bench: %s\n", std::string(server.status().message()).c_str());
           return 1;

@@ -1,11 +1,14 @@
-// StoreServer: builds and runs the gRPC server around a MemoryStore.
-#include "rendezvous/store_server.h"
+// RendezvousServer: builds and runs the gRPC server around a MemoryStore and a RendezvousState.
+#include "rendezvous/rendezvous_server.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -52,6 +55,34 @@ std::string whyCannotBind(const std::string& host, int port) {
   return why;
 }
 
+// gRPC says only that the server did not start when its certificate or key is wrong (and
+// binding then looks fine): check the pair first, to say which and why.
+absl::Status checkTlsPair(const std::string& certPem, const std::string& keyPem) {
+  auto opensslError = [] {
+    unsigned long e = ERR_get_error();
+    ERR_clear_error();
+    return e == 0 ? std::string("unreadable") : std::string(ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "unreadable");
+  };
+  std::unique_ptr<BIO, decltype(&BIO_free)> certBio(BIO_new_mem_buf(certPem.data(), static_cast<int>(certPem.size())), BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_bio_X509(certBio.get(), nullptr, nullptr, nullptr), X509_free);
+  if (!cert) {
+    return absl::InvalidArgumentError(fmt::format("the TLS certificate is not a PEM certificate ({})", opensslError()));
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> keyBio(BIO_new_mem_buf(keyPem.data(), static_cast<int>(keyPem.size())), BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(keyBio.get(), nullptr, nullptr, nullptr), EVP_PKEY_free);
+  if (!key) {
+    return absl::InvalidArgumentError(fmt::format(
+        "the TLS key is not an unencrypted PEM private key ({})", opensslError()));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError("the TLS key does not match the certificate (it is another "
+                                      "certificate's key)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string joinHostPort(const std::string& host, int port) {
@@ -61,13 +92,16 @@ std::string joinHostPort(const std::string& host, int port) {
   return fmt::format("{}:{}", host, port);
 }
 
-absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions options) {
+absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(ServerOptions options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
         fmt::format("port {} is out of range; expected 0 to 65535", options.port));
   }
   if (options.tlsCertPem.empty() != options.tlsKeyPem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its key");
+  }
+  if (!options.tlsCertPem.empty()) {
+    if (auto s = checkTlsPair(options.tlsCertPem, options.tlsKeyPem); !s.ok()) return s;
   }
   size_t largest = largestRequest(options.limits);
   if (largest > INT_MAX) {
@@ -82,7 +116,7 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
         "max_value_bytes and max_keys_per_call)", inflight, largest));
   }
   log::routeGrpcLogs();
-  std::unique_ptr<StoreServer> server(new StoreServer());
+  std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->memory_ = std::make_shared<MemoryStore>(options.limits);
   server->gate_ = std::make_unique<TokenGate>(options.token);
   server->door_ = std::make_unique<FrontDoor>(*server->gate_);
@@ -153,13 +187,13 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::start(ServerOptions op
   return server;
 }
 
-StoreServer::~StoreServer() { shutdown(); }
+RendezvousServer::~RendezvousServer() { shutdown(); }
 
-uint64_t StoreServer::rejectedCalls() const { return gate_->rejected(); }
+uint64_t RendezvousServer::rejectedCalls() const { return gate_->rejected(); }
 
-int64_t StoreServer::callsInFlight() const { return door_->inFlight(); }
+int64_t RendezvousServer::callsInFlight() const { return door_->inFlight(); }
 
-void StoreServer::shutdown(Millis grace) {
+void RendezvousServer::shutdown(Millis grace) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_ || !server_) return;
@@ -176,7 +210,7 @@ void StoreServer::shutdown(Millis grace) {
                 "store on {} shut down ({} pending waits ended)", address_, pending);
 }
 
-void StoreServer::wait() {
+void RendezvousServer::wait() {
   if (server_) server_->Wait();
 }
 

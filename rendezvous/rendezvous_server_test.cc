@@ -13,7 +13,7 @@
 #include "muster/v1/rendezvous.grpc.pb.h"
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "rendezvous/rendezvous_server.h"
 #include "rendezvous/store_service.h"
 #include "tests/support/tcp_proxy.h"
 
@@ -23,15 +23,15 @@ namespace {
 namespace fs = std::filesystem;
 
 // A server on 127.0.0.1, on a free port unless `port` is given.
-std::unique_ptr<StoreServer> startServer(ServerOptions options = {}, int port = 0) {
+std::unique_ptr<RendezvousServer> startServer(ServerOptions options = {}, int port = 0) {
   options.host = "127.0.0.1";
   options.port = port;
-  auto server = StoreServer::start(options);
+  auto server = RendezvousServer::start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
 }
 
-absl::StatusOr<std::unique_ptr<StoreClient>> connectTo(const StoreServer& server,
+absl::StatusOr<std::unique_ptr<StoreClient>> connectTo(const RendezvousServer& server,
                                                        ClientOptions options = {},
                                                        Millis timeout = Millis(10000)) {
   options.target = server.address();
@@ -76,7 +76,7 @@ absl::StatusOr<std::unique_ptr<StoreClient>> throughProxy(const testing::TcpProx
 // A set is posted (write-behind: the client does not wait), and the connection breaks before
 // the server has it. The client sends it again on its new connection: no set is lost. It used
 // to reconnect and never resend; another rank then waited for the key until its deadline.
-TEST(StoreServer, ASetLostWithItsConnectionIsSentAgain) {
+TEST(RendezvousServer, ASetLostWithItsConnectionIsSentAgain) {
   auto server = startServer();
   ASSERT_NE(server, nullptr);
   testing::TcpProxy proxy(server->port());
@@ -102,7 +102,7 @@ TEST(StoreServer, ASetLostWithItsConnectionIsSentAgain) {
 
 // A client that posts a set and goes away at once, its connection broken under it: the set is
 // sent again on a new connection before the client is gone.
-TEST(StoreServer, ASetLostJustBeforeTheClientEndsIsSentAgainFirst) {
+TEST(RendezvousServer, ASetLostJustBeforeTheClientEndsIsSentAgainFirst) {
   auto server = startServer();
   ASSERT_NE(server, nullptr);
   testing::TcpProxy proxy(server->port());
@@ -120,7 +120,7 @@ TEST(StoreServer, ASetLostJustBeforeTheClientEndsIsSentAgainFirst) {
   EXPECT_EQ((*other)->get("last words", deadlineAfter(Millis(5000))).value(), "bye");
 }
 
-TEST(StoreServer, SixtyFourClientsAddingConcurrentlyGetTheExactTotal) {
+TEST(RendezvousServer, SixtyFourClientsAddingConcurrentlyGetTheExactTotal) {
   auto server = startServer();
   constexpr int kClients = 64, kAdds = 100;
   std::vector<std::unique_ptr<StoreClient>> clients;
@@ -144,7 +144,7 @@ TEST(StoreServer, SixtyFourClientsAddingConcurrentlyGetTheExactTotal) {
   EXPECT_GE(server->service().openSessions(), static_cast<size_t>(kClients));
 }
 
-TEST(StoreServer, TenThousandBlockedGetsParkWithoutThreads) {
+TEST(RendezvousServer, TenThousandBlockedGetsParkWithoutThreads) {
   auto server = startServer();
   constexpr int kWaiters = 10000;
   size_t threadsBefore = threadCount();
@@ -194,7 +194,7 @@ TEST(StoreServer, TenThousandBlockedGetsParkWithoutThreads) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-TEST(StoreServer, SessionAnswersOutOfOrderSoABlockedGetHoldsNothingBack) {
+TEST(RendezvousServer, SessionAnswersOutOfOrderSoABlockedGetHoldsNothingBack) {
   auto server = startServer();
   auto stub = pb::Store::NewStub(
       grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
@@ -219,7 +219,7 @@ TEST(StoreServer, SessionAnswersOutOfOrderSoABlockedGetHoldsNothingBack) {
   EXPECT_TRUE(stream->Finish().ok());
 }
 
-TEST(StoreServer, ClientThatDisconnectsMidWaitFreesItsWaiter) {
+TEST(RendezvousServer, ClientThatDisconnectsMidWaitFreesItsWaiter) {
   auto server = startServer();
   auto stub = pb::Store::NewStub(
       grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
@@ -243,7 +243,7 @@ TEST(StoreServer, ClientThatDisconnectsMidWaitFreesItsWaiter) {
   EXPECT_TRUE(eventually([&] { return server->memory()->pendingWaiters() == 0; }));
 }
 
-TEST(StoreServer, UnaryCallServesEveryOperation) {
+TEST(RendezvousServer, UnaryCallServesEveryOperation) {
   auto server = startServer();
   auto stub = pb::Store::NewStub(
       grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
@@ -269,7 +269,7 @@ TEST(StoreServer, UnaryCallServesEveryOperation) {
   EXPECT_NE(status.error_message().find("missing 'n'"), std::string::npos);
 }
 
-TEST(StoreServer, OversizedRequestFailsAloneAndTheServerKeepsServing) {
+TEST(RendezvousServer, OversizedRequestFailsAloneAndTheServerKeepsServing) {
   ServerOptions options;
   options.limits.maxValueBytes = 1024;
   auto server = startServer(options);
@@ -284,7 +284,7 @@ TEST(StoreServer, OversizedRequestFailsAloneAndTheServerKeepsServing) {
   EXPECT_EQ((*other)->get("small", deadlineAfter(Millis(1000))).value(), "fits");
 }
 
-TEST(StoreServer, TokenIsRequiredWhenConfigured) {
+TEST(RendezvousServer, TokenIsRequiredWhenConfigured) {
   ServerOptions options;
   options.token = "s3cret";
   auto server = startServer(options);
@@ -305,7 +305,7 @@ TEST(StoreServer, TokenIsRequiredWhenConfigured) {
   EXPECT_GE(server->rejectedCalls(), 3u);
 }
 
-TEST(StoreServer, RendezvousBesideTheStoreAsksForTheSameToken) {
+TEST(RendezvousServer, RendezvousBesideTheStoreAsksForTheSameToken) {
   ServerOptions options;
   options.token = "s3cret";
   auto server = startServer(options);
@@ -326,7 +326,7 @@ TEST(StoreServer, RendezvousBesideTheStoreAsksForTheSameToken) {
   EXPECT_EQ(stub->Heartbeat(&member, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST(StoreServer, WithoutTokenAnyClientIsServed) {
+TEST(RendezvousServer, WithoutTokenAnyClientIsServed) {
   auto server = startServer();
   auto client = connectTo(*server, {.ns = "job", .token = "unneeded"});
   ASSERT_TRUE(client.ok()) << client.status();
@@ -357,7 +357,7 @@ class TlsFiles {
   bool ok_ = true;
 };
 
-TEST(StoreServer, TlsServesTrustingClientsOnly) {
+TEST(RendezvousServer, TlsServesTrustingClientsOnly) {
   TlsFiles tls;
   ASSERT_TRUE(tls.ok()) << "openssl could not make a test certificate";
   ServerOptions options;
@@ -379,18 +379,42 @@ TEST(StoreServer, TlsServesTrustingClientsOnly) {
   EXPECT_FALSE(wrongCa.ok());
 }
 
-TEST(StoreServer, TlsNeedsBothCertificateAndKey) {
+// A key that is not the certificate's, or material that is not PEM, is named as such; it was
+// "cannot listen on ...: the address is not available".
+TEST(RendezvousServer, AWrongTlsKeyIsNamedNotTakenForAnAddressProblem) {
+  TlsFiles tls;
+  ASSERT_TRUE(tls.ok()) << "openssl could not make a test certificate";
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  options.tlsCertPem = tls.read("good.crt");
+  options.tlsKeyPem = tls.read("other.key");
+  auto mismatched = RendezvousServer::start(options);
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatched.status().message().find("the TLS key does not match the certificate"),
+            std::string::npos) << mismatched.status();
+  options.tlsKeyPem = "not a key";
+  auto garbage = RendezvousServer::start(options);
+  EXPECT_NE(garbage.status().message().find("the TLS key is not"), std::string::npos) << garbage.status();
+  options.tlsCertPem = tls.read("good.key");
+  options.tlsKeyPem = tls.read("good.key");
+  auto swapped = RendezvousServer::start(options);
+  EXPECT_NE(swapped.status().message().find("the TLS certificate is not a PEM certificate"), std::string::npos)
+      << swapped.status();
+}
+
+TEST(RendezvousServer, TlsNeedsBothCertificateAndKey) {
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = 0;
   options.tlsCertPem = "x";
-  auto server = StoreServer::start(options);
+  auto server = RendezvousServer::start(options);
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // grpc.health.v1 as gRPC's own service answers it, without the token (probes carry none):
 // Check for the server and each service, NOT_FOUND for others; Watch hears of shutdown.
-TEST(StoreServer, HealthAnswersCheckAndWatchWithoutTheToken) {
+TEST(RendezvousServer, HealthAnswersCheckAndWatchWithoutTheToken) {
   ServerOptions options;
   options.token = "s3cret";
   auto server = startServer(options);
@@ -430,20 +454,20 @@ TEST(StoreServer, HealthAnswersCheckAndWatchWithoutTheToken) {
 
 // The server's memory for calls in flight cannot be set below one largest request, and the
 // largest request must fit gRPC's 2 GiB messages.
-TEST(StoreServer, AnInflightBoundBelowTheLargestRequestIsRefused) {
+TEST(RendezvousServer, AnInflightBoundBelowTheLargestRequestIsRefused) {
   ServerOptions options;
   options.limits.maxValueBytes = 1u << 20;
   options.maxInflightBytes = 1u << 20;
-  auto server = StoreServer::start(options);
+  auto server = RendezvousServer::start(options);
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("cannot hold the largest request"), std::string::npos)
       << server.status();
   options.maxInflightBytes = 0;
   options.limits.maxValueBytes = size_t{3} << 30;
-  EXPECT_EQ(StoreServer::start(options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RendezvousServer::start(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StoreServer, ShutdownEndsPendingWaitsWithUnavailable) {
+TEST(RendezvousServer, ShutdownEndsPendingWaitsWithUnavailable) {
   auto server = startServer();
   auto client = connectTo(*server, {.ns = "job"});
   ASSERT_TRUE(client.ok());
@@ -458,12 +482,12 @@ TEST(StoreServer, ShutdownEndsPendingWaitsWithUnavailable) {
   EXPECT_NE(result.status().message().find("shutting down"), std::string::npos) << result.status();
 }
 
-TEST(StoreServer, SecondServerOnTheSamePortIsRefusedNamingTheAddress) {
+TEST(RendezvousServer, SecondServerOnTheSamePortIsRefusedNamingTheAddress) {
   auto first = startServer();
   ServerOptions options;
   options.host = "127.0.0.1";
   options.port = first->port();
-  auto second = StoreServer::start(options);
+  auto second = RendezvousServer::start(options);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(second.status().message().find(first->address()), std::string::npos)
@@ -471,7 +495,7 @@ TEST(StoreServer, SecondServerOnTheSamePortIsRefusedNamingTheAddress) {
   EXPECT_NE(second.status().message().find("in use"), std::string::npos) << second.status();
 }
 
-TEST(StoreServer, ClientReconnectsAfterTheStoreComesBack) {
+TEST(RendezvousServer, ClientReconnectsAfterTheStoreComesBack) {
   auto server = startServer();
   int port = server->port();
   auto client = connectTo(*server, {.ns = "job"});
@@ -486,7 +510,7 @@ TEST(StoreServer, ClientReconnectsAfterTheStoreComesBack) {
   EXPECT_EQ((*client)->add("n", 1).value(), 1);
 }
 
-TEST(StoreServer, ConnectToNothingFailsWithinTheDeadlineNamingTheTarget) {
+TEST(RendezvousServer, ConnectToNothingFailsWithinTheDeadlineNamingTheTarget) {
   auto server = startServer();
   std::string address = server->address();
   server.reset();

@@ -1,6 +1,7 @@
-// A running store: the gRPC server, the StoreService and the RendezvousService beside it, the
-// health service, TLS and token,
-// bound to one address. rendezvousd runs one; the master's `launch` hosts one in-process.
+// The muster service on one address: the gRPC server with the store (StoreService), the
+// rendezvous (RendezvousService) and health, behind one token check (FrontDoor) and TLS.
+// rendezvousd runs one; the master's `launch` hosts one in-process. (It was StoreServer, after
+// only one of the three.)
 #pragma once
 
 #include <memory>
@@ -45,13 +46,13 @@ struct ServerOptions {
 
 // Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the
 // server down (pending waits end with UNAVAILABLE).
-class StoreServer {
+class RendezvousServer {
  public:
   // Errors: INVALID_ARGUMENT (bad host/port/TLS material, a memory bound below the largest
   // request), UNAVAILABLE (the address cannot be
   // bound; the message names it and says why).
-  static absl::StatusOr<std::unique_ptr<StoreServer>> start(ServerOptions options);
-  ~StoreServer();
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> start(ServerOptions options);
+  ~RendezvousServer();
 
   int port() const { return port_; }
   // host:port as bound ("[::1]:port" for IPv6).
@@ -71,7 +72,7 @@ class StoreServer {
   void wait();
 
  private:
-  StoreServer() = default;
+  RendezvousServer() = default;
   std::shared_ptr<MemoryStore> memory_;
   std::unique_ptr<TokenGate> gate_;
   std::unique_ptr<FrontDoor> door_;
