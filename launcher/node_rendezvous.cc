@@ -1,8 +1,6 @@
 // NodeRendezvous: join with retries, watch, report; completions posted to the loop.
 #include "launcher/node_rendezvous.h"
 
-#include <algorithm>
-
 #include "common/log.h"
 
 namespace muster::launcher {

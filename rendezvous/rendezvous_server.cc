@@ -59,9 +59,9 @@ std::string whyCannotBind(const std::string& host, int port) {
 // binding then looks fine): check the pair first, to say which and why.
 absl::Status checkTlsPair(const std::string& certPem, const std::string& keyPem) {
   auto opensslError = [] {
-    unsigned long e = ERR_get_error();
+    const char* reason = ERR_reason_error_string(ERR_get_error());
     ERR_clear_error();
-    return e == 0 ? std::string("unreadable") : std::string(ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "unreadable");
+    return std::string(reason != nullptr ? reason : "unreadable");
   };
   std::unique_ptr<BIO, decltype(&BIO_free)> certBio(BIO_new_mem_buf(certPem.data(), static_cast<int>(certPem.size())), BIO_free);
   std::unique_ptr<X509, decltype(&X509_free)> cert(PEM_read_bio_X509(certBio.get(), nullptr, nullptr, nullptr), X509_free);
@@ -109,7 +109,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
         "the largest request ({} bytes, from max_key_bytes, max_value_bytes and "
         "max_keys_per_call) exceeds gRPC's 2 GiB message limit", largest));
   }
-  size_t inflight = options.maxInflightBytes != 0 ? options.maxInflightBytes : 2 * largest;
+  // Past the quota gRPC cancels streams, a member's too: the default leaves room for bursts of
+  // write-behind sets (a client confirms every 64 MiB) from many clients, not just two requests.
+  size_t inflight = options.maxInflightBytes != 0 ? options.maxInflightBytes
+                                                  : std::max(2 * largest, size_t{1} << 30);
   if (inflight < largest) {
     return absl::InvalidArgumentError(fmt::format(
         "max_inflight_bytes={} cannot hold the largest request ({} bytes, from max_key_bytes, "

@@ -40,7 +40,7 @@ struct ServerOptions {
   // How long finished and abandoned runs are remembered, and how many.
   RunRetention retention;
   // The most memory gRPC may hold for calls in flight (requests being received, answers being
-  // sent); past it, calls are refused with RESOURCE_EXHAUSTED. 0: twice the largest request.
+  // sent); past it, calls are refused with RESOURCE_EXHAUSTED. 0: twice the largest request, at least 1 GiB.
   size_t maxInflightBytes = 0;
 };
 

@@ -69,8 +69,10 @@ RendezvousState::Stats RendezvousState::stats() const {
   s.runsActive = runs_.size();
   s.runsFinished = finished_.size();
   s.watchers = watcherRuns_.size();
-  s.pendingJoins = joinRuns_.size();
-  for (const auto& [id, run] : runs_) s.roundsRunning += run.running ? 1 : 0;
+  for (const auto& [id, run] : runs_) {
+    s.roundsRunning += run.running ? 1 : 0;
+    s.pendingJoins += run.pending.size();  // as pendingJoins()
+  }
   return s;
 }
 

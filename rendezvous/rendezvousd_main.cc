@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--max-inflight-bytes", options.maxInflightBytes,
                  "most memory gRPC holds for calls in flight; past it calls are refused "
-                 "(default: twice the largest request, 2 x (max-key-bytes + max-value-bytes))")
+                 "(default: twice the largest request, at least 1 GiB)")
       ->check(CLI::PositiveNumber);
   // Per job (a namespace's run id): one job cannot use up the store for the others.
   options.limits.maxJobBytes = options.limits.maxTotalBytes / 2;
@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<muster::rendezvous::MetricsEndpoint> metrics;
   if (metricsPort >= 0) {
     muster::rendezvous::RendezvousServer* served = server->get();
+    if (metricsHost.empty()) metricsHost = options.host;
     auto endpoint = muster::rendezvous::MetricsEndpoint::start(
-        metricsHost.empty() ? options.host : metricsHost, metricsPort,
+        metricsHost, metricsPort,
         [served] { return muster::rendezvous::renderMetrics(*served); });
     if (!endpoint.ok()) {
       std::fprintf(stderr, "rendezvousd: %s\n", std::string(endpoint.status().message()).c_str());
@@ -166,8 +167,7 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*endpoint);
     logger->info("metrics on http://{}/metrics",
-                 muster::rendezvous::joinHostPort(metricsHost.empty() ? options.host : metricsHost,
-                                                  metrics->port()));
+                 muster::rendezvous::joinHostPort(metricsHost, metrics->port()));
   }
   int received = 0;
   std::string lost;

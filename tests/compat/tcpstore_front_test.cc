@@ -319,35 +319,27 @@ TEST_F(Front, GarbageAbsurdLengthsAndVanishingClientsAreClosedAlone) {
   EXPECT_EQ(good.bytes(), "1") << "the others go on";
 }
 
-size_t residentBytes() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // A client that asks and never reads: the front stops working for it once its unread
 // replies pass a bound, instead of queueing gigabytes; when it reads again, work resumes.
 TEST_F(Front, AClientThatDoesNotReadGetsNoMoreWorkDone) {
   RawClient c = v2();
   std::string value(4u << 20, 'x');
   c.send(wire::Request{.op = wire::Op::kSet, .keys = {"/big"}, .values = {value}});
-  size_t before = residentBytes();
+  size_t before = muster::testing::memoryBytes(getpid(), "VmRSS");
   std::string gets;
   for (int i = 0; i < 1000; ++i) {  // 4 GB of replies asked for
     gets += wire::encode({.op = wire::Op::kGet, .keys = {"/big"}}, wire::Generation::kV2);
   }
   c.send(gets);
   std::this_thread::sleep_for(Ms(500));
-  EXPECT_LT(residentBytes(), before + (200u << 20)) << "replies piled up";
+  EXPECT_LT(muster::testing::memoryBytes(getpid(), "VmRSS"), before + (200u << 20)) << "replies piled up";
   for (int i = 0; i < 3; ++i) EXPECT_EQ(c.bytes(), value) << "reply " << i;
   // One request that would answer 64 GiB is refused, alone.
   RawClient greedy = v2();
   greedy.send(wire::Request{.op = wire::Op::kMultiGet,
                             .keys = std::vector<std::string>(16384, "/big")});
   EXPECT_TRUE(greedy.closedByServer());
-  EXPECT_LT(residentBytes(), before + (200u << 20));
+  EXPECT_LT(muster::testing::memoryBytes(getpid(), "VmRSS"), before + (200u << 20));
 }
 
 // A large request arriving in small pieces is put together without copying it again and

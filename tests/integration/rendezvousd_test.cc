@@ -302,16 +302,6 @@ TEST(Rendezvousd, AJobAtItsQuotaIsRefusedWhileAnotherKeepsWorking) {
   EXPECT_EQ(setIn("job-b/0", "k1").first, 0);
 }
 
-// The daemon's peak resident memory (VmHWM), in bytes.
-size_t peakMemory(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 // One call of `bytes` message bytes on `method`: a well-formed StoreRequest set of that size
 // (its value is one 1 MiB slice repeated, so the sender holds 1 MiB). The status it ended with.
 grpc::Status hugeCall(const std::string& address, const std::string& method, size_t bytes,
@@ -365,7 +355,7 @@ TEST(Rendezvousd, AGigabyteCallWithoutTheTokenCostsTheDaemonLittleMemory) {
   Daemon d({"--token-file", token.string(), "--max-value-bytes", std::to_string(16 * kMiB), "--max-keys-per-call", "1024",
             "--max-inflight-bytes", std::to_string(64 * kMiB)});
   ASSERT_GT(d.port, 0) << d.child->stderrText();
-  size_t before = peakMemory(d.child->pid());
+  size_t before = testing::memoryBytes(d.child->pid(), "VmHWM");
   constexpr size_t kGigabyte = size_t{1} << 30;
   for (const char* method : {"/muster.v1.Store/Call", "/muster.v1.Store/Session",
                              "/muster.v1.Rendezvous/Join", "/muster.v1.Rendezvous/Watch",
@@ -375,18 +365,18 @@ TEST(Rendezvousd, AGigabyteCallWithoutTheTokenCostsTheDaemonLittleMemory) {
     EXPECT_TRUE(status.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
                 status.error_code() == grpc::StatusCode::UNIMPLEMENTED)
         << method << " " << status.error_code() << " " << status.error_message();
-    EXPECT_LT(peakMemory(d.child->pid()) - before, 16 * kMiB) << method;
+    EXPECT_LT(testing::memoryBytes(d.child->pid(), "VmHWM") - before, 16 * kMiB) << method;
   }
   // Health needs no token, and a stranger's check is answered without being read.
   auto check = hugeCall(d.address, "/grpc.health.v1.Health/Check", kGigabyte);
   EXPECT_TRUE(check.ok()) << check.error_message();
-  EXPECT_LT(peakMemory(d.child->pid()) - before, 16 * kMiB);
+  EXPECT_LT(testing::memoryBytes(d.child->pid(), "VmHWM") - before, 16 * kMiB);
   // A member's oversized call is refused for its size, within the in-flight bound.
   for (const char* method : {"/muster.v1.Store/Call", "/grpc.health.v1.Health/Check"}) {
     auto member = hugeCall(d.address, method, kGigabyte, "let-me-in");
     EXPECT_EQ(member.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << member.error_message();
   }
-  EXPECT_LT(peakMemory(d.child->pid()) - before, 256 * kMiB);
+  EXPECT_LT(testing::memoryBytes(d.child->pid(), "VmHWM") - before, 256 * kMiB);
   Child health({ctl(), "--addr", d.address, "--timeout", "10", "health"});
   ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText();
   EXPECT_EQ(health.stdoutText(), "SERVING\n");

@@ -23,14 +23,6 @@ using testing::Child;
 namespace fs = std::filesystem;
 constexpr Millis kRun{120000};
 
-size_t residentBytes(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 class Soak : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -87,7 +79,7 @@ TEST_F(Soak, AServiceLeftRunningComesBackToItsBaseline) {
   // Warm-up: the first jobs grow the allocator's pools; memory is measured from here.
   for (int i = 0; i < 30; ++i) ASSERT_EQ(runJob("warm-" + std::to_string(i)), 0);
   ASSERT_TRUE(metricBecomes("muster_rendezvous_runs{state=\"finished\"}", 0));
-  size_t warm = residentBytes(daemon_->pid());
+  size_t warm = testing::memoryBytes(daemon_->pid(), "VmRSS");
 
   for (int i = 0; i < 170; ++i) ASSERT_EQ(runJob("job-" + std::to_string(i)), 0);
   // The last 30 under one id: each once the service has forgotten the one before.
@@ -132,7 +124,7 @@ TEST_F(Soak, AServiceLeftRunningComesBackToItsBaseline) {
   EXPECT_TRUE(metricBecomes("process_open_fds", fdsAtStart)) << scrape();
   // Flat: 230 jobs kept forever came to about 300 KB, the namespaces of the short jobs to more;
   // allow the allocator its slack, not growth with the number of jobs.
-  size_t end = residentBytes(daemon_->pid());
+  size_t end = testing::memoryBytes(daemon_->pid(), "VmRSS");
   EXPECT_LT(end, warm + (size_t{4} << 20)) << "resident " << warm << " after warm-up, " << end << " at the end";
 }
 

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <regex>
@@ -46,6 +47,16 @@ inline std::string sourceDir() {
 #else
   return ".";
 #endif
+}
+
+// A memory figure of process `pid` from /proc/PID/status ("VmRSS": resident now, "VmHWM": the
+// peak), in bytes; 0 if it cannot be read.
+inline size_t memoryBytes(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return 0;
 }
 
 // An empty directory of this test's own: $TMPDIR/<prefix>-<pid>-<test name>, made anew.
