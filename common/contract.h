@@ -26,6 +26,28 @@ inline constexpr const char* kJobId = "MUSTER_JOB_ID";                    // the
 // without a restart, and a node that joins later has counted fewer restarts).
 inline constexpr const char* kRound = "MUSTER_ROUND";
 
+// Stacks on demand (the roll-call): launch sends the signal kStacksSignal names to a rank's
+// process; its handler (the Python start-up hook's faulthandler, or the worker library's
+// native handler) appends the stacks of all its threads to the file kStacksFile names. The
+// handler writes kStacksReady and its pid as the file's first line once it is installed, so
+// that launch signals only a process that asked for it; the native handler ends each dump
+// with kStacksEnd (faulthandler writes no end: launch waits for the file to rest).
+inline constexpr const char* kStacksFile = "MUSTER_STACKS_FILE";
+inline constexpr const char* kStacksSignal = "MUSTER_STACKS_SIGNAL";
+inline constexpr std::string_view kStacksReady = "muster-stacks pid=";
+inline constexpr std::string_view kStacksEnd = "muster-stacks end\n";
+// Progress: a FIFO launch reads (the file timer's, TORCHELASTIC_TIMER_FILE's protocol): the
+// worker library writes a heartbeat there, a release of scope kHeartbeatScope, which
+// torchrun's FileTimerServer ignores and launch counts as progress (--hang_timeout).
+inline constexpr const char* kProgressFifo = "MUSTER_PROGRESS_FIFO";
+inline constexpr std::string_view kHeartbeatScope = "muster.heartbeat";
+// launch's control socket, for `rendezvousctl stacks --pid PID`: a local stream socket in the
+// abstract namespace (the leading NUL), served to launch's own user and root. The client sends
+// one line, "stacks", and reads the report to the end.
+inline std::string launchControlSocket(long launchPid) {
+  return std::string(1, '\0') + "muster-launch-" + std::to_string(launchPid);
+}
+
 // The store namespace of one round of a job: "<run id>/<round>". A new round gets a fresh
 // namespace, so no attempt sees its predecessor's keys; launch deletes the old one.
 inline std::string roundNamespace(std::string_view runId, uint64_t round) {

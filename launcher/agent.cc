@@ -48,7 +48,8 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       signals_(io_),
       graceTimer_(io_),
       killTimer_(io_),
-      reportTimer_(io_) {}
+      reportTimer_(io_),
+      hangTimer_(io_) {}
 
 Agent::~Agent() {
   stopProbe();
@@ -61,6 +62,10 @@ absl::Status Agent::prepare() {
   auto layout = makeJobLayout(options_, env_, multiNode_);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
+  prepareWatchdogs();
+  if (timerServer_ == nullptr && !timerFile_.empty()) {
+    return absl::FailedPreconditionError(fmt::format("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", timerFile_));
+  }
   if (multiNode_) return prepareMultiNode();
 
   if (options_.standalone || options_.rdzvBackend != "static") {
@@ -360,13 +365,22 @@ absl::Status Agent::startRound() {
                                          [this](const WorkerState& w) { onWorkerExit(w); },
                                          WorkerGroup::Consoles{stdout_.get(), stderr_.get()});
   group_->onSettled([this] { onRoundSettled(); });
+  group_->onOutput([this] { progress(); });
   roundStarted_ = std::chrono::steady_clock::now();
+  hangWhy_.clear();
+  causes_.clear();
+  oom_.baseline();
   auto specs = workerSpecs({.options = options_,
                             .env = env_,
                             .command = command_,
                             .layout = layout_,
                             .storeEndpoint = endpoint_,
-                            .hostName = net::hostName()},
+                            .hostName = net::hostName(),
+                            .stacksSignal = stacksSignal_,
+                            .pythonHookDir = pythonHookDir_,
+                            .timerFile = timerServer_ && !timerFile_.empty() ? timerServer_->path() : "",
+                            .progressFifo = timerServer_ ? timerServer_->path() : "",
+                            .watchOutput = options_.hangTimeoutS > 0},
                            at_);
   if (auto s = makeRankDirectories(specs); !s.ok()) return s;
   if (auto s = bindToNuma(specs, options_, env_); !s.ok()) return s;
@@ -377,6 +391,8 @@ absl::Status Agent::startRound() {
   emitWorkerEvents();
   logger()->info("round {}: started {} workers of world size {} (pids {}); run {}, logs in {}",
                  at_.round, group_->workers().size(), at_.worldSize, pids, layout_.runId, layout_.runDir);
+  progress();
+  armHangTimer();
   return absl::OkStatus();
 }
 
@@ -399,8 +415,19 @@ void Agent::onWorkerExit(const WorkerState& w) {
     stopStarted_ = e.at;
     rootLocalRank_ = w.spec.localRank;
     // The report waits for the group to settle, so that stderr's last lines are complete;
-    // only which worker failed first is noted now.
-    stopGroup(SIGTERM, fmt::format("rank {} failed", w.spec.globalRank));
+    // only which worker failed first is noted now. The survivors' stacks are taken first:
+    // where they stand says what the failure left them waiting for.
+    std::string why = fmt::format("rank {} failed", w.spec.globalRank);
+    auto survivors = rollCallTargets();
+    if (stacksSignal_ == 0 || survivors.empty()) {
+      stopGroup(SIGTERM, why);
+    } else {
+      WorkerGroup* round = group_.get();
+      takeStacks(fmt::format("rank {} {}; the others before they are stopped", w.spec.globalRank, describeExit(e)),
+                 std::move(survivors), [this, round, why](const auto&, const std::string&) {
+                   if (group_.get() == round && stopping_ == Stopping::kFailure) stopGroup(SIGTERM, why);
+                 });
+    }
   }
   if (group_->allExited()) {
     // Whatever the workers left behind in their process groups goes too: no orphans.
@@ -524,21 +551,29 @@ void Agent::onRoundSettled() {
   for (const auto& w : group_->workers()) {
     if (w->spec.localRank == rootLocalRank_) {
       rootCause_ = describeFailure(*w);
+      explain(*rootCause_);
       continue;
     }
     const WorkerExit& e = *w->exit;
-    if ((e.code != 0 || e.signal != 0) && !endedByStop(e)) failures_.push_back(describeFailure(*w));
+    if ((e.code != 0 || e.signal != 0) && !endedByStop(e)) {
+      failures_.push_back(describeFailure(*w));
+      explain(failures_.back());
+    }
   }
   auto stopMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           stopStarted_)
                     .count();
-  logger()->info("group stopped {:.1f} ms after rank {} failed", stopMs,
-                 rootCause_ ? rootCause_->globalRank : -1);
+  if (rootCause_) {
+    logger()->info("group stopped {:.1f} ms after rank {} failed", stopMs, rootCause_->globalRank);
+  } else {
+    logger()->info("group stopped {:.1f} ms after {}", stopMs, hangWhy_.empty() ? "a failure" : "the hang was seen");
+  }
   if (multiNode_) {
     // Close the watch once the report is in: a watch that closes first looks like a lost node.
     report(false,
            rootCause_ ? fmt::format("rank {} {}", rootCause_->globalRank, describeExit(rootCause_->exit))
-                      : std::string("a worker failed"),
+           : !hangWhy_.empty() ? "hung: " + hangWhy_
+                               : std::string("a worker failed"),
            [this] {
              if (rdzv_) rdzv_->stopWatch();
              if (stopping_ != Stopping::kDone) restartOrEnd();
@@ -554,6 +589,9 @@ void Agent::restartOrEnd() {
       logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
                      at_.restartCount + 1, options_.maxRestarts, rootCause_->globalRank,
                      describeExit(rootCause_->exit));
+    } else if (!hangWhy_.empty()) {
+      logger()->warn("restarting the group ({} of {} restarts) after a hang: {}", at_.restartCount + 1,
+                     options_.maxRestarts, hangWhy_);
     }
     ++at_.restartCount;
     dropRound();
@@ -617,6 +655,7 @@ void Agent::dropRound() {
 
 void Agent::printFailureReport() const {
   std::string out = failureReport(options_.program, rootCause_, failures_, net::hostName());
+  if (!rootCause_ && !hangWhy_.empty()) out = fmt::format("launch: root cause: the job hung: {}\n", hangWhy_) + out;
   std::fwrite(out.data(), 1, out.size(), stderr);
   std::fflush(stderr);
 }
@@ -674,6 +713,7 @@ void Agent::finish(int code) {
   signals_.cancel();
   graceTimer_.cancel();
   killTimer_.cancel();
+  hangTimer_.cancel();
   if (rdzv_) rdzv_->stopJoining();
   if (!rdzv_ || rdzv_->pendingReports() == 0) {
     io_.stop();
@@ -786,6 +826,8 @@ int Agent::run() {
   // Cancels a join still waiting and closes the watch; waits only for their callbacks.
   rdzv_.reset();
   if (front_) front_->shutdown();
+  control_.reset();
+  timerServer_.reset();
   if (workerPortFd_ >= 0) close(workerPortFd_);
   if (store_) store_->shutdown(Millis(200));
   layout_.cleanUp(exitCode_ == 0);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,11 +15,15 @@
 #include <boost/asio.hpp>
 
 #include "launcher/console.h"
+#include "launcher/control_socket.h"
 #include "launcher/failure_report.h"
+#include "launcher/file_timer.h"
 #include "launcher/job_layout.h"
 #include "launcher/node_rendezvous.h"
+#include "launcher/oom.h"
 #include "launcher/options.h"
 #include "launcher/reaper.h"
+#include "launcher/roll_call.h"
 #include "launcher/shared_dir_probe.h"
 #include "launcher/worker_group.h"
 #include "launcher/worker_specs.h"
@@ -83,6 +88,23 @@ class Agent {
   absl::Status holdWorkerPort(const std::string& host, int port);
   absl::Status serveWorkerStore();
   void armSignals();
+  // The roll-call and what it serves (roll_call.h): launch's own set-up (the Python hook, the
+  // file timer's FIFO, the control socket), a roll-call of `targets` whose report goes to a
+  // file in the run directory and whose summary to the console (one at a time: a second waits
+  // for the first), the hang timer, and an expired file timer.
+  void prepareWatchdogs();
+  using StacksTaken = std::function<void(const std::vector<stacks::RankStacks>&, const std::string& report)>;
+  void takeStacks(std::string reason, std::vector<RollCallTarget> targets, StacksTaken then);
+  void runNextRollCall();
+  // The running workers (all of them, or only `pid`'s), as roll-call targets.
+  std::vector<RollCallTarget> rollCallTargets(pid_t only = -1) const;
+  void progress() { lastProgress_ = std::chrono::steady_clock::now(); }
+  void armHangTimer();
+  void onHang();
+  void onTimerExpired(const TimerRequest& request);
+  void onControl(const std::string& command, std::function<void(std::string)> reply);
+  // What launch knows of a worker's end beyond its exit (an expired timer, the OOM killer).
+  void explain(Failure& failure);
   void printFailureReport() const;
   // --event_log_handler=console: one torchelastic event line on stderr.
   void emit(ElasticEvent e) const;
@@ -141,6 +163,20 @@ class Agent {
   std::unique_ptr<ConsoleStream> stdout_, stderr_;
   std::map<std::string, WorkerGroup::LogLoss> lostLogs_;
   std::chrono::steady_clock::time_point launched_, joinStarted_;
+  // The roll-call, the hang timer, the file timer.
+  int stacksSignal_ = 0;  // 0: --stacks=off
+  std::string pythonHookDir_;
+  std::string timerFile_, progressFifo_;
+  std::unique_ptr<FileTimerServer> timerServer_;
+  std::unique_ptr<ControlSocket> control_;
+  OomWitness oom_;
+  boost::asio::steady_timer hangTimer_;
+  std::chrono::steady_clock::time_point lastProgress_;
+  std::string hangWhy_;                  // the round ended as a hang: why, and where its stacks are
+  std::map<pid_t, std::string> causes_;  // worker pid -> what launch did to it (its file timer)
+  std::deque<std::function<void()>> rollCalls_;  // waiting for the one running
+  bool rollCallRunning_ = false;
+  int reports_ = 0;  // stacks-N.txt
 };
 
 }  // namespace muster::launcher

@@ -65,8 +65,8 @@ std::string failureReport(const std::string& program, const std::optional<Failur
   std::string out;
   if (rootCause) {
     const Failure& f = *rootCause;
-    out += fmt::format("launch: root cause: rank {} (local_rank {}, pid {}) {}\n", f.globalRank,
-                       f.localRank, f.pid, describeExit(f.exit));
+    out += fmt::format("launch: root cause: rank {} (local_rank {}, pid {}) {}{}\n", f.globalRank,
+                       f.localRank, f.pid, describeExit(f.exit), f.cause.empty() ? "" : ": " + f.cause);
     if (!f.errorFile.empty()) {
       out += fmt::format("  error file {}:\n", f.errorFile);
       for (absl::string_view l : absl::StrSplit(f.errorMessage, '\n', absl::SkipEmpty())) {
@@ -85,8 +85,9 @@ std::string failureReport(const std::string& program, const std::optional<Failur
                                : std::to_string(f.exit.code);
     std::string traceback =
         !f.errorMessage.empty() ? f.errorMessage
-        : f.exit.signal != 0    ? fmt::format("Signal {} ({}) received by PID {}", f.exit.signal,
-                                              signalName(f.exit.signal), f.pid)
+        : f.exit.signal != 0    ? fmt::format("Signal {} ({}) received by PID {}{}", f.exit.signal,
+                                              signalName(f.exit.signal), f.pid,
+                                              f.cause.empty() ? "" : ": " + f.cause)
         : f.lastLines.empty()   ? std::string("(no error file, no stderr)")
                                 : f.lastLines.back();
     return fmt::format(

@@ -18,6 +18,9 @@ struct Failure {
   std::string errorFile;     // "" when the worker wrote none
   std::string errorMessage;  // what the error file says (readErrorFile)
   std::vector<std::string> lastLines;  // the last lines of its stderr
+  // What launch knows beyond the exit: "its file timer 'load' expired", "the kernel's OOM
+  // killer killed it (...)"; "" for nothing.
+  std::string cause;
   std::chrono::system_clock::time_point when;
 };
 

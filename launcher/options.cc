@@ -301,6 +301,23 @@ std::vector<Flag> flagTable() {
                seconds("--kill_timeout", &LaunchOptions::killTimeoutS),
                "seconds to wait for workers after SIGKILL; one still there is reported with its "
                "kernel state and launch exits without it (default 30)"});
+  t.push_back({{"--hang_timeout", "--hang-timeout"}, "PET_HANG_TIMEOUT", true,
+               seconds("--hang_timeout", &LaunchOptions::hangTimeoutS),
+               "seconds without progress from any rank (a line of output, a file timer request, "
+               "a heartbeat) after which the job counts as hung: every rank's stack is taken and "
+               "the job fails or restarts (default 0: off)"});
+  t.push_back({{"--stacks"}, "MUSTER_STACKS", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 if (v != "on" && v != "off") return bad("--stacks", v, "on or off");
+                 o.stacks = v == "on";
+                 return absl::OkStatus();
+               },
+               "on (default): ranks answer a stack roll-call (on a hang, a failure, an expired file "
+               "timer, rendezvousctl stacks) through a Python start-up hook or the worker "
+               "library; off: no hook"});
+  t.push_back({{"--stacks_timeout", "--stacks-timeout"}, "MUSTER_STACKS_TIMEOUT", true,
+               seconds("--stacks_timeout", &LaunchOptions::stacksTimeoutS),
+               "seconds a roll-call waits for a rank's stacks (default 3)"});
   t.push_back({{"--shared_dir", "--shared-dir"}, "MUSTER_SHARED_DIR", true,
                str(&LaunchOptions::sharedDir), "directory every rank can read (MUSTER_SHARED_DIR)"});
   t.push_back({{"--rdzv_tls_ca", "--rdzv-tls-ca"}, "MUSTER_RDZV_TLS_CA", true,

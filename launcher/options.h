@@ -82,6 +82,11 @@ struct LaunchOptions {
   // muster's own.
   double gracePeriodS = 30;  // SIGTERM -> SIGKILL (--shutdown_timeout, --grace_period)
   double killTimeoutS = 30;  // SIGKILL -> giving up on a worker stuck in the kernel
+  // --hang_timeout: no rank's progress (output, file timer, heartbeat) for this long is a
+  // hang: a stack roll-call, then a failure. 0: off.
+  double hangTimeoutS = 0;
+  bool stacks = true;           // --stacks=on: ranks answer a roll-call (Python hook, native handler)
+  double stacksTimeoutS = 3;    // how long a roll-call waits for a rank
   std::string sharedDir;
   // A rendezvousd with TLS: the CA that signed its certificate (a PEM file), and the name to
   // check in it ("" for the endpoint's host).

@@ -125,6 +125,7 @@ struct WorkerGroup::Pump {
   }
 
   void consume(size_t n) {
+    if (group->outputCallback_) group->outputCallback_();
     if (fileFd >= 0) {
       size_t lost = 0;
       if (int err = writeAll(fileFd, buffer.data(), n, &lost); err != 0) group->logLost(filePath, err, lost);
@@ -224,8 +225,9 @@ absl::Status WorkerGroup::startOne(WorkerSpec spec) {
   };
   // stdout goes straight to launch's stdout when nothing needs to see it; stderr always
   // passes through launch so that its last lines can explain a failure.
-  bool outDirect = w.spec.stdoutToConsole && w.spec.prefix.empty() && w.spec.stdoutFile.empty();
-  bool outDiscard = !w.spec.stdoutToConsole && w.spec.stdoutFile.empty();
+  bool outDirect = w.spec.stdoutToConsole && w.spec.prefix.empty() && w.spec.stdoutFile.empty() &&
+                   !w.spec.watchOutput;
+  bool outDiscard = !w.spec.stdoutToConsole && w.spec.stdoutFile.empty() && !w.spec.watchOutput;
   OwnedFd outRead, outWrite, errRead, errWrite;
   if (!outDirect && !outDiscard) {
     if (auto s = makePipe(outRead, outWrite); !s.ok()) return failed(s);

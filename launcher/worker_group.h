@@ -37,6 +37,10 @@ struct WorkerSpec {
   // this file, which the workers of a round share ("" for none).
   std::string filteredStdoutFile, filteredStderrFile;
   std::vector<std::string> stdoutFilters, stderrFilters;
+  // The roll-call's file (MUSTER_STACKS_FILE), "" for none.
+  std::string stacksFile;
+  // Both streams pass through launch, so that each line counts as progress (--hang_timeout).
+  bool watchOutput = false;
 };
 
 struct WorkerExit {
@@ -106,6 +110,8 @@ class WorkerGroup {
   // one line per process still there: rank, pid, command, and its state from /proc.
   std::vector<std::string> abandon();
 
+  // Called for output from any worker (progress).
+  void onOutput(std::function<void()> callback) { outputCallback_ = std::move(callback); }
   // Called when settled() may have become true.
   void onSettled(std::function<void()> callback) { settledCallback_ = std::move(callback); }
 
@@ -121,6 +127,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<WorkerState>> workers_;
   std::vector<std::weak_ptr<Pump>> pumps_;
   std::function<void()> settledCallback_;
+  std::function<void()> outputCallback_;
   std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
   Consoles consoles_;
   std::map<std::string, LogLoss> logLosses_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/contract.h"
 #include "launcher/numa.h"
+#include "launcher/python_hook.h"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;
@@ -84,6 +85,15 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     if (!layout.sharedDir.empty()) e[contract::kSharedDir] = layout.sharedDir;
     e[contract::kRunDir] = layout.runDir;
     e[contract::kJobId] = layout.jobId;
+    if (job.stacksSignal > 0) {
+      spec.stacksFile = (rankDir / "stacks.txt").string();
+      e[contract::kStacksFile] = spec.stacksFile;
+      e[contract::kStacksSignal] = std::to_string(job.stacksSignal);
+      if (!job.pythonHookDir.empty()) e["PYTHONPATH"] = pythonPathWithHook(job.env, job.pythonHookDir);
+    }
+    if (!job.timerFile.empty()) e["TORCHELASTIC_TIMER_FILE"] = job.timerFile;
+    if (!job.progressFifo.empty()) e[contract::kProgressFifo] = job.progressFifo;
+    spec.watchOutput = job.watchOutput;
 
     StdSpec redirect = o.redirectFor(local), tee = o.teeFor(local);
     bool shown = o.consoleShows(local);

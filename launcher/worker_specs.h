@@ -38,6 +38,12 @@ struct JobSpec {
   const JobLayout& layout;
   std::string storeEndpoint;  // muster's store (MUSTER_STORE_ADDR)
   std::string hostName;       // for --log_line_prefix_template's ${hostname}
+  // The stack roll-call (0: none): its signal, and the Python start-up hook's folder.
+  int stacksSignal = 0;
+  std::string pythonHookDir;
+  std::string timerFile;     // TORCHELASTIC_TIMER_FILE, "" when the file timer is off
+  std::string progressFifo;  // MUSTER_PROGRESS_FIFO, "" without --hang_timeout or file timer
+  bool watchOutput = false;  // --hang_timeout: every line counts as progress
 };
 
 // One spec per local rank. Touches nothing: the rank directories are made by

@@ -2,12 +2,21 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/escaping.h"
+#include "common/contract.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -44,6 +53,52 @@ int checkHealth(const ClientOptions& options, double timeoutS) {
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
             << std::endl;
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+// `stacks --pid PID`: asks a launch on this host, through its control socket, for every rank's
+// stack, and prints the report.
+int launchStacks(long pid, double timeoutS) {
+  std::string name = muster::contract::launchControlSocket(pid);
+  sockaddr_un at{};
+  at.sun_family = AF_UNIX;
+  std::memcpy(at.sun_path, name.data(), std::min(name.size(), sizeof at.sun_path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&at), length) != 0) {
+    std::fprintf(stderr, "rendezvousctl: no launch with pid %ld answers on this host (is it running, in this "
+                 "network namespace, as your user?)\n", pid);
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  const char command[] = "stacks\n";
+  if (write(fd, command, sizeof command - 1) != static_cast<ssize_t>(sizeof command - 1)) {
+    std::fprintf(stderr, "rendezvousctl: launch %ld closed its control socket\n", pid);
+    close(fd);
+    return 1;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000));
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      std::fprintf(stderr, "rendezvousctl: launch %ld did not answer within %g s (--timeout)\n", pid, timeoutS);
+      close(fd);
+      return 1;
+    }
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (out.empty()) {
+    std::fprintf(stderr, "rendezvousctl: launch %ld closed the connection without an answer\n", pid);
+    return 1;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return out.rfind("launch: ", 0) == 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -98,6 +153,11 @@ int main(int argc, char** argv) {
   append->add_option("value", value)->required();
   auto* health = app.add_subcommand(
       "health", "ask the grpc.health.v1 service; print SERVING (exit 0) or why not (exit 1)");
+  long launchPid = 0;
+  auto* stacks = app.add_subcommand(
+      "stacks", "print the stack of every thread of every rank of a running job (a roll-call); the "
+                "job runs on");
+  stacks->add_option("--pid", launchPid, "a launch on this host: its pid")->required()->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -108,7 +168,7 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
-                 "check, wait, delete, num-keys, append or health (see --help)\n");
+                 "check, wait, delete, num-keys, append, health or stacks (see --help)\n");
     return 2;
   }
   if (escaped) {
@@ -146,6 +206,7 @@ int main(int argc, char** argv) {
   }
   auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
   if (*health) return checkHealth(options, timeoutS);
+  if (*stacks) return launchStacks(launchPid, timeoutS);
   auto client = StoreClient::connect(options, deadline);
   if (!client.ok()) return failed(client.status());
   auto& store = **client;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/contract.h"
+#include "worker/stack_dump.h"
 
 extern char** environ;
 
@@ -122,6 +123,7 @@ absl::StatusOr<WorkerEnv> WorkerEnv::fromEnvironment(const Env& env) {
 }
 
 absl::StatusOr<WorkerEnv> WorkerEnv::fromProcess() {
+  installStackDump();
   Env env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry = *e;

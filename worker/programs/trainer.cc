@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "worker/process_group.h"
+#include "worker/stack_dump.h"
 #include "worker/programs/config.h"
 #include "worker/programs/docnn.h"
 #include "worker/programs/programs.h"
@@ -53,6 +54,7 @@ void syncGradients(const std::vector<torch::Tensor>& params, c10d::ProcessGroup&
     for (auto& g : bucket) flat_list.push_back(g.view(-1));
     std::vector<torch::Tensor> flat{torch::cat(flat_list)};
     pg.allreduce(flat)->wait();
+    worker::heartbeat();
     flat[0].div_(world);
     int64_t offset = 0;
     for (auto& g : bucket) {

@@ -1,0 +1,251 @@
+// The stack roll-call with real ranks: a hung PyTorch 1.13 gloo job, torchrun's file timer
+// (against Debian's torchrun in the same test), a roll-call on demand of a job that runs on,
+// C++ ranks through the worker library's handler, a stopped rank, and the OOM killer.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/support/child.h"
+
+namespace muster {
+namespace {
+
+using testing::buildDir;
+using testing::Child;
+using testing::freePort;
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr milliseconds kRun{120000};
+
+std::string launchPath() { return buildDir() + "/launcher/launch"; }
+std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
+std::string stuckWorker() { return buildDir() + "/tests/integration/stuck_worker"; }
+std::string source(const std::string& rel) { return (fs::path(testing::sourceDir()) / rel).string(); }
+std::string hangScript() { return source("tests/integration/stacks/hang.py"); }
+
+bool haveTorch() { return std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") == 0; }
+
+// The pids the ranks print ("rank R pid P ready"), by rank.
+std::map<int, pid_t> readyRanks(Child& c, int n, milliseconds timeout) {
+  std::map<int, pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    auto line = c.waitForLine("rank " + std::to_string(r) + " pid (\\d+) ready", timeout, false);
+    if (!line) break;
+    pids[r] = std::stoi((*line)[1]);
+  }
+  return pids;
+}
+
+// The report file launch's console output names ("every thread's stack: FILE"), read whole.
+std::string wholeReport(const std::string& err) {
+  std::smatch file;
+  if (!std::regex_search(err, file, std::regex(R"(every thread's stack: (\S+stacks-1\.txt))"))) return "";
+  std::ifstream in(file[1].str());
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+class Stacks : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::freshTestDir("muster-stacks"); }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::vector<std::string> launch(std::vector<std::string> args) {
+    std::vector<std::string> argv{launchPath(), "--master_port=0", "--log_dir=" + (dir_ / "logs").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  // rendezvousctl stacks --pid PID: its exit code and output.
+  std::pair<int, std::string> askForStacks(pid_t launchPid) {
+    Child ctl({ctlPath(), "--timeout=30", "stacks", "--pid=" + std::to_string(launchPid)});
+    auto exit = ctl.wait(milliseconds(60000));
+    if (!exit) return {-1, "rendezvousctl timed out"};
+    return {exit->code, ctl.stdoutText() + ctl.stderrText()};
+  }
+  fs::path dir_;
+};
+
+TEST_F(Stacks, AHungGlooJobEndsWithTheStuckRankAndTheOthersInAllReduce) {
+  if (!haveTorch()) GTEST_SKIP() << "no PyTorch under /usr/bin/python3";
+  auto started = std::chrono::steady_clock::now();
+  Child c(launch({"--nproc_per_node=3", "--hang_timeout=5", "--no_python", kPython, hangScript()}),
+          {"OMP_NUM_THREADS=1"});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::string err = c.stderrText();
+  EXPECT_EQ(exit->code, 1) << err;
+  EXPECT_LT(secs, 30) << err;
+  EXPECT_NE(err.find("no rank showed progress for 5 s (--hang_timeout)"), std::string::npos) << err;
+  // The odd one out first, then the others in all_reduce.
+  std::smatch stuck, others;
+  ASSERT_TRUE(std::regex_search(err, stuck, std::regex(R"(  rank 1: stuck_in_loader \(hang\.py:\d+\) <- train_step \(hang\.py:\d+\))")))
+      << err;
+  ASSERT_TRUE(std::regex_search(err, others, std::regex(R"(  ranks 0,2: all_reduce \(distributed_c10d\.py:\d+\) <- train_step \(hang\.py:\d+\))")))
+      << err;
+  EXPECT_LT(stuck.position(0), others.position(0));
+  EXPECT_NE(err.find("launch: root cause: the job hung:"), std::string::npos) << err;
+  // The whole report is in the run directory.
+  std::string report = wholeReport(err);
+  EXPECT_NE(report.find("every thread of rank 1:"), std::string::npos) << report;
+  EXPECT_NE(report.find("hang.py"), std::string::npos) << report;
+}
+
+TEST_F(Stacks, AnExpiredFileTimerKillsTheWorkerAsUnderTorchrunAndIsNamed) {
+  if (!haveTorch()) GTEST_SKIP() << "no PyTorch under /usr/bin/python3";
+  std::vector<std::string> env{"OMP_NUM_THREADS=1", "TORCHELASTIC_ENABLE_FILE_TIMER=1", "TIMER_SCOPE=load_batch",
+                               "PYTHON_EXEC=" + std::string(kPython)};
+  // The reference: Debian's torchrun 1.13 kills rank 1 when its 1 s timer expires.
+  Child theirs({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=3",
+                "--master_port=" + std::to_string(freePort()), hangScript()},
+               env);
+  auto theirExit = theirs.wait(kRun);
+  ASSERT_TRUE(theirExit.has_value());
+  EXPECT_NE(theirExit->code, 0);
+  std::string theirErr = theirs.stderrText();
+  EXPECT_TRUE(std::regex_search(theirErr, std::regex(R"(rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: -9)")))
+      << theirErr;
+
+  Child ours(launch({"--nproc_per_node=3", hangScript()}), env);
+  auto ourExit = ours.wait(kRun);
+  ASSERT_TRUE(ourExit.has_value());
+  std::string err = ours.stderrText();
+  EXPECT_EQ(ourExit->code, 1) << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(rank\s*: 1 \(local_rank: 1\)\s*\n\s*exitcode\s*: -9)"))) << err;
+  // Beyond torchrun: the scope, and the rank's stack at expiry.
+  EXPECT_NE(err.find("launch: root cause: rank 1 (local_rank 1, pid"), std::string::npos) << err;
+  EXPECT_NE(err.find("was killed by SIGKILL: its file timer 'load_batch' expired"), std::string::npos) << err;
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(stack roll-call \(rank 1's file timer 'load_batch' expired\)[^\n]*\n  rank 1: stuck_in_loader \(hang\.py:\d+\))")))
+      << err;
+}
+
+TEST_F(Stacks, ARollCallOnDemandLeavesTheJobRunning) {
+  if (!haveTorch()) GTEST_SKIP() << "no PyTorch under /usr/bin/python3";
+  std::string go = (dir_ / "go").string();
+  Child c(launch({"--nproc_per_node=3", "--no_python", kPython, hangScript()}),
+          {"OMP_NUM_THREADS=1", "EXIT_WHEN=" + go});
+  ASSERT_EQ(readyRanks(c, 3, kRun).size(), 3u) << c.stderrText();
+  auto [code, out] = askForStacks(c.pid());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(  rank 1: stuck_in_loader \(hang\.py:\d+\))"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(  ranks 0,2: all_reduce \(distributed_c10d\.py:\d+\))"))) << out;
+  EXPECT_NE(out.find("every thread of rank 0:"), std::string::npos) << out;
+  // The job goes on and succeeds.
+  std::ofstream(go) << "";
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+}
+
+TEST_F(Stacks, CxxRanksShowTheirFunctionsThroughTheWorkerLibrary) {
+  Child c(launch({"--nproc_per_node=3", "--hang_timeout=3", "--no_python", stuckWorker(), "1"}));
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  std::string err = c.stderrText();
+  EXPECT_EQ(exit->code, 1) << err;
+  std::smatch stuck, others;
+  ASSERT_TRUE(std::regex_search(err, stuck, std::regex(R"(  rank 1: [^\n]*stuck_in_native_loader\(\) \(stuck_worker\) <- main \(stuck_worker\))")))
+      << err;
+  ASSERT_TRUE(std::regex_search(err, others, std::regex(R"(  ranks 0,2: [^\n]*wait_for_the_others\(\) \(stuck_worker\) <- main)")))
+      << err;
+  EXPECT_LT(stuck.position(0), others.position(0));
+  // Every thread: the helper's too.
+  std::string report = wholeReport(err);
+  EXPECT_NE(report.find("helper_thread_loop()"), std::string::npos) << report;
+  EXPECT_NE(report.find(", native)"), std::string::npos) << report;
+}
+
+TEST_F(Stacks, AStoppedRankIsReportedAsNotAnsweringWithinTheDeadline) {
+  std::string go = (dir_ / "go").string();
+  Child c(launch({"--nproc_per_node=2", "--stacks_timeout=1", "--no_python", stuckWorker(), "-1", go}));
+  auto pids = readyRanks(c, 2, kRun);
+  ASSERT_EQ(pids.size(), 2u) << c.stderrText();
+  kill(pids[1], SIGSTOP);
+  auto asked = std::chrono::steady_clock::now();
+  auto [code, out] = askForStacks(c.pid());
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rank 1: did not answer within the deadline: T (stopped)"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0: wait_for_the_others()"), std::string::npos) << out;
+  EXPECT_LT(secs, 10) << out;
+  kill(pids[1], SIGCONT);
+  std::ofstream(go) << "";
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+}
+
+TEST_F(Stacks, WithoutARunningLaunchRendezvousctlSaysSo) {
+  Child ctl({ctlPath(), "--timeout=5", "stacks", "--pid=999999"});
+  auto exit = ctl.wait(milliseconds(30000));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 1);
+  EXPECT_NE(ctl.stderrText().find("no launch with pid 999999 answers on this host"), std::string::npos)
+      << ctl.stderrText();
+}
+
+// A memory cgroup made for the test (v2 where the memory controller is there, else v1),
+// removed with it.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(size_t limitBytes) {
+    std::ifstream controllers("/sys/fs/cgroup/cgroup.controllers");
+    std::string list((std::istreambuf_iterator<char>(controllers)), {});
+    std::string name = "muster-oom-" + std::to_string(getpid());
+    if (list.find("memory") != std::string::npos) {
+      path_ = "/sys/fs/cgroup/" + name;
+      if (!fs::create_directory(path_, ec_)) return;
+      ok_ = write("memory.max", limitBytes);
+      write("memory.swap.max", 0);
+    } else if (fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
+      path_ = "/sys/fs/cgroup/memory/" + name;
+      if (!fs::create_directory(path_, ec_)) return;
+      ok_ = write("memory.limit_in_bytes", limitBytes);
+      write("memory.memsw.limit_in_bytes", limitBytes);
+    }
+  }
+  ~MemoryCgroup() {
+    if (path_.empty()) return;
+    for (int i = 0; i < 100 && rmdir(path_.c_str()) != 0 && errno == EBUSY; ++i) usleep(50000);
+  }
+  bool ok() const { return ok_; }
+  std::string procs() const { return path_ + "/cgroup.procs"; }
+
+ private:
+  bool write(const std::string& file, size_t value) {
+    std::ofstream out(path_ + "/" + file);
+    out << value;
+    out.flush();
+    return out.good();
+  }
+  std::string path_;
+  std::error_code ec_;
+  bool ok_ = false;
+};
+
+TEST_F(Stacks, AWorkerTheOomKillerEndsIsReportedAsSuch) {
+  if (geteuid() != 0) GTEST_SKIP() << "making a memory cgroup needs root";
+  MemoryCgroup cgroup(160u << 20);
+  if (!cgroup.ok()) GTEST_SKIP() << "no memory cgroup can be made here";
+  // launch runs in the small cgroup; its worker allocates past it.
+  std::string argv;
+  for (const auto& a : launch({"--nproc_per_node=1", "--no_python", "/bin/bash", "-c",
+                               "exec python3 -c 'b = []\nwhile True: b.append(b\"x\" * (16 << 20))'"})) {
+    argv += "'" + std::regex_replace(a, std::regex("'"), "'\\''") + "' ";
+  }
+  Child c({"/bin/bash", "-c", "echo $$ > " + cgroup.procs() + " && exec " + argv});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  std::string err = c.stderrText();
+  EXPECT_EQ(exit->code, 1) << err;
+  EXPECT_NE(err.find("was killed by SIGKILL: the kernel's OOM killer"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace muster
