@@ -181,6 +181,22 @@ TEST_F(Stacks, AStoppedRankIsReportedAsNotAnsweringWithinTheDeadline) {
   EXPECT_EQ(exit->code, 0) << c.stderrText();
 }
 
+TEST_F(Stacks, TheHookLeavesTheProgramsOwnSitecustomizeAndPathAsTheyWere) {
+  fs::create_directories(dir_ / "site");
+  std::ofstream(dir_ / "site" / "sitecustomize.py") << "MARK = \"the user's own\"\n";
+  std::string go = (dir_ / "go").string();
+  Child c(launch({"--nproc_per_node=1", "--no_python", kPython, "-c",
+                  "import os, sys, sitecustomize; print('mark', sitecustomize.MARK, '|', os.environ.get('PYTHONPATH'), '|', "
+                  "sys.path[1], '|', 'MUSTER_STACKS_FILE' in os.environ, flush=True)"}),
+          {"PYTHONPATH=" + (dir_ / "site").string()});
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 0) << c.stderrText();
+  std::string site = (dir_ / "site").string();
+  EXPECT_NE(c.stdoutText().find("mark the user's own | " + site + " | " + site + " | False"), std::string::npos)
+      << c.stdoutText() << c.stderrText();
+}
+
 TEST_F(Stacks, WithoutARunningLaunchRendezvousctlSaysSo) {
   Child ctl({ctlPath(), "--timeout=5", "stacks", "--pid=999999"});
   auto exit = ctl.wait(milliseconds(30000));
