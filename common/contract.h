@@ -5,6 +5,8 @@
 // PyTorch's contract and keep PyTorch's names.)
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -44,8 +46,13 @@ inline constexpr std::string_view kHeartbeatScope = "muster.heartbeat";
 // launch's control socket, for `rendezvousctl stacks --pid PID`: a local stream socket in the
 // abstract namespace (the leading NUL), served to launch's own user and root. The client sends
 // one line, "stacks", and reads the report to the end.
+// The name holds the pid namespace too: containers that share a network namespace (a pod)
+// can hold launches of the same pid.
 inline std::string launchControlSocket(long launchPid) {
-  return std::string(1, '\0') + "muster-launch-" + std::to_string(launchPid);
+  char ns[64] = {0};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  std::string space = n > 0 ? std::string(ns, static_cast<size_t>(n)) : std::string("pid");
+  return std::string(1, '\0') + "muster-launch-" + space + "-" + std::to_string(launchPid);
 }
 
 // The store namespace of one round of a job: "<run id>/<round>". A new round gets a fresh

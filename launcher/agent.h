@@ -177,6 +177,7 @@ class Agent {
   std::deque<std::function<void()>> rollCalls_;  // waiting for the one running
   bool rollCallRunning_ = false;
   int reports_ = 0;  // stacks-N.txt
+  std::string lastStacksFile_;  // the last roll-call's report, "" when it wrote none
 };
 
 }  // namespace muster::launcher

@@ -94,9 +94,11 @@ void Agent::takeStacks(std::string reason, std::vector<RollCallTarget> targets, 
                  return r.answer == stacks::Answer::kAnswered || r.answer == stacks::Answer::kNoAnswer;
                });
                std::string report = stacks::fullReport(ranks, reason);
+               lastStacksFile_.clear();
                if (anyAnswered) {
                  std::string file = (fs::path(layout_.runDir) / fmt::format("stacks-{}.txt", ++reports_)).string();
                  std::ofstream(file) << report;
+                 lastStacksFile_ = file;
                  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
                  std::string text = "launch: " + stacks::summary(ranks, reason) +
                                     fmt::format("launch: every thread's stack: {} (taken in {:.0f} ms)\n", file, ms);
@@ -145,7 +147,7 @@ void Agent::onHang() {
   WorkerGroup* round = group_.get();
   takeStacks(why, rollCallTargets(), [this, round, why](const auto& ranks, const std::string&) {
     if (group_.get() != round || stopping_ != Stopping::kFailure) return;
-    if (reports_ > 0 && !ranks.empty()) {
+    if (!lastStacksFile_.empty() && !ranks.empty()) {
       std::vector<stacks::RankStacks> copy(ranks.begin(), ranks.end());
       auto groups = stacks::groupRanks(copy);
       if (!groups.empty()) {
@@ -153,7 +155,7 @@ void Agent::onHang() {
         for (int i : groups.front().ranks) numbers.push_back(copy[i].rank);
         hangWhy_ = fmt::format("{}; {} {}: {}; every stack in {}", why, numbers.size() == 1 ? "rank" : "ranks",
                                stacks::rankList(numbers), groups.front().where,
-                               (fs::path(layout_.runDir) / fmt::format("stacks-{}.txt", reports_)).string());
+                               lastStacksFile_);
       }
     }
     stopGroup(SIGTERM, why);
@@ -179,8 +181,10 @@ void Agent::onTimerExpired(const TimerRequest& r) {
   pid_t leader = worker->pid;
   WorkerGroup* round = group_.get();
   takeStacks(fmt::format("rank {}'s file timer '{}' expired", worker->spec.globalRank, r.scope),
-             rollCallTargets(leader), [this, r, round](const auto&, const std::string&) {
-               if (group_.get() == round) kill(r.pid, r.signal);
+             rollCallTargets(leader), [this, r, round, leader](const auto&, const std::string&) {
+               // Still this round's worker (the pid may have been reaped and reused meanwhile).
+               if (group_.get() != round || stopping_ == Stopping::kDone) return;
+               if (r.pid == leader ? group_->owns(leader) : getpgid(r.pid) == leader) kill(r.pid, r.signal);
              });
 }
 

@@ -54,19 +54,26 @@ absl::StatusOr<std::unique_ptr<ControlSocket>> ControlSocket::start(asio::io_con
   return s;
 }
 
-ControlSocket::ControlSocket(asio::io_context& io, Handler handler) : acceptor_(io), handler_(std::move(handler)) {}
+ControlSocket::ControlSocket(asio::io_context& io, Handler handler)
+    : acceptor_(io), retry_(io), handler_(std::move(handler)) {}
 
 ControlSocket::~ControlSocket() {
   *alive_ = false;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
+  retry_.cancel();
 }
 
 void ControlSocket::accept() {
   acceptor_.async_accept([this, alive = alive_](const boost::system::error_code& ec, local::socket socket) {
     if (!*alive) return;
     if (ec) {
-      if (ec != asio::error::operation_aborted) accept();
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors (EMFILE) or the like: try again in a moment, not in a busy loop.
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this, alive](const boost::system::error_code& e) {
+        if (*alive && !e) accept();
+      });
       return;
     }
     ucred peer{};

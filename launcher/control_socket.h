@@ -25,6 +25,7 @@ class ControlSocket {
   void accept();
 
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer retry_;
   Handler handler_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

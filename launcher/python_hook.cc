@@ -22,11 +22,11 @@ def _muster_hook():
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != here]
-    if rest:
-        os.environ["PYTHONPATH"] = os.pathsep.join(rest)
-    else:
+    given = os.environ.get("PYTHONPATH", "")
+    if given == here:
         os.environ.pop("PYTHONPATH", None)
+    elif given.startswith(here + os.pathsep):
+        os.environ["PYTHONPATH"] = given[len(here) + 1:]
     path = os.environ.pop("{file}", "")
     signum = os.environ.pop("{signal}", "")
     if path and signum:

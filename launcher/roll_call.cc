@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "common/contract.h"
 #include "launcher/processes.h"
@@ -26,7 +27,7 @@ namespace {
 constexpr Millis kPoll{5};
 // faulthandler writes its dump in one go from the signal handler; a file that has not grown
 // for this long holds all of it.
-constexpr Millis kRest{40};
+constexpr Millis kRest{100};
 
 struct Pending {
   RollCallTarget target;
@@ -59,15 +60,39 @@ std::string readFrom(const std::string& path, off_t from) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// The handler's ready line: "muster-stacks pid=N python|native".
-bool readyLine(const std::string& path, pid_t& pid, bool& native) {
+// True when `pid`'s process catches `signal` now (SigCgt of /proc/PID/status): the ready line
+// may be older than an exec that dropped the handler, and to a process without one the
+// signal is fatal.
+bool catches(pid_t pid, int signal) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SigCgt:", 0) != 0) continue;
+    uint64_t mask = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)), &mask)) return false;
+    return signal >= 1 && signal <= 64 && (mask >> (signal - 1)) & 1u;
+  }
+  return false;
+}
+
+bool alive(pid_t pid);
+
+// The handler's ready lines: "muster-stacks pid=N python|native" (one per process that
+// installed one); the last whose process is alive, in the rank's group, and catches the signal.
+bool readyHandler(const std::string& path, pid_t rank, int signal, pid_t& pid, bool& native) {
   std::ifstream in(path);
-  std::string line;
-  if (!std::getline(in, line) || line.rfind(contract::kStacksReady, 0) != 0) return false;
-  std::string rest = line.substr(contract::kStacksReady.size());
-  size_t space = rest.find(' ');
-  native = space != std::string::npos && rest.substr(space + 1) == "native";
-  return absl::SimpleAtoi(rest.substr(0, space), &pid) && pid > 0;
+  bool found = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(contract::kStacksReady, 0) != 0) continue;
+    std::string rest = line.substr(contract::kStacksReady.size());
+    size_t space = rest.find(' ');
+    pid_t p = 0;
+    if (!absl::SimpleAtoi(rest.substr(0, space), &p) || p <= 0) continue;
+    if ((p != rank && getpgid(p) != rank) || !alive(p) || !catches(p, signal)) continue;
+    pid = p;
+    native = space != std::string::npos && rest.substr(space + 1) == "native";
+    found = true;
+  }
+  return found;
 }
 
 bool alive(pid_t pid) {
@@ -145,10 +170,9 @@ void rollCall(asio::io_context& io, std::vector<RollCallTarget> targets, int sig
     p.result.host = host;
     if (!alive(t.pid)) {
       p.result.answer = stacks::Answer::kGone;
-    } else if (!readyLine(t.stacksFile, p.handler, p.native) ||
-               (p.handler != t.pid && getpgid(p.handler) != t.pid)) {
-      // Only a process of the rank's own group that said it has a handler is signalled: to
-      // anything else the signal would be fatal.
+    } else if (!readyHandler(t.stacksFile, t.pid, signal, p.handler, p.native)) {
+      // Only a process of the rank's own group that has a handler is signalled: to anything
+      // else the signal would be fatal.
       p.result.answer = stacks::Answer::kNoHandler;
       p.result.state = processState(t.pid);
     } else {

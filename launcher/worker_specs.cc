@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -165,6 +166,8 @@ absl::Status makeRankDirectories(const std::vector<WorkerSpec>& specs) {
       return absl::InternalError(fmt::format("cannot create the log directory '{}' of local rank {}: {}",
                                              dir.string(), spec.localRank, ec.message()));
     }
+    // A round number can come again (a restarted rendezvousd): its roll-call file starts empty.
+    if (!spec.stacksFile.empty()) std::ofstream(spec.stacksFile, std::ios::trunc);
   }
   return absl::OkStatus();
 }

@@ -59,7 +59,8 @@ std::string attemptDirectory(const std::string& runDir, uint64_t round);
 std::string linePrefix(const LaunchOptions& options, int localRank, int globalRank,
                        const std::string& hostName);
 
-// Makes each spec's rank directory (its error file's folder). Errors name the directory.
+// Makes each spec's rank directory (its error file's folder) and empties its roll-call file.
+// Errors name the directory.
 absl::Status makeRankDirectories(const std::vector<WorkerSpec>& specs);
 
 // --numa_binding: each worker runs under numactl, on the CPUs near GPU <local rank>, as

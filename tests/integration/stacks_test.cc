@@ -197,6 +197,28 @@ TEST_F(Stacks, TheHookLeavesTheProgramsOwnSitecustomizeAndPathAsTheyWere) {
       << c.stdoutText() << c.stderrText();
 }
 
+TEST_F(Stacks, ARankThatExecsAwayFromItsHandlerIsNotSignalled) {
+  // The hook installs faulthandler and writes its ready line; then the process becomes sleep,
+  // same pid, no handler: the roll-call's signal would kill it.
+  Child c(launch({"--nproc_per_node=1", "--no_python", kPython, "-c",
+                  "import os; print('rank 0 pid %d ready' % os.getpid(), flush=True); "
+                  "os.execv('/bin/sleep', ['sleep', '60'])"}));
+  auto pids = readyRanks(c, 1, kRun);
+  ASSERT_EQ(pids.size(), 1u) << c.stderrText();
+  std::this_thread::sleep_for(milliseconds(300));  // the exec
+  auto [code, out] = askForStacks(c.pid());
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("rank 0: no stacks: it installed no handler"), std::string::npos) << out;
+  std::this_thread::sleep_for(milliseconds(300));
+  std::ifstream stat("/proc/" + std::to_string(pids[0]) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  EXPECT_NE(text.find("(sleep) S"), std::string::npos) << "the rank is gone: " << text;
+  c.kill(SIGTERM);
+  auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->code, 128 + SIGTERM) << c.stderrText();
+}
+
 TEST_F(Stacks, WithoutARunningLaunchRendezvousctlSaysSo) {
   Child ctl({ctlPath(), "--timeout=5", "stacks", "--pid=999999"});
   auto exit = ctl.wait(milliseconds(30000));
