@@ -228,7 +228,8 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
                  rendezvous::joinHostPort(at_.masterAddr, at_.masterPort));
   // Watch before the workers start, so that losing this node is seen through its watch at once.
   rdzv_->watch(at_.round, [this](const muster::v1::RoundEvent& e) { onRemoteEvent(e); },
-               [this](const std::string& why) { onRemoteError(why); });
+               [this](const std::string& why) { onRemoteError(why); },
+               [this](uint64_t request) { onStacksAsked(request); });
   if (options_.sharedDir.empty()) {
     onProbed(absl::OkStatus());  // only a given --shared_dir is probed
     return;

@@ -103,6 +103,11 @@ class Agent {
   void onHang();
   void onTimerExpired(const TimerRequest& request);
   void onControl(const std::string& command, std::function<void(std::string)> reply);
+  // A roll-call of the whole run (rendezvousctl stacks --run): this node's ranks' stacks go
+  // back to the rendezvous.
+  void onStacksAsked(uint64_t request);
+  // This node as its ranks' stacks name it: its address across nodes, else the host name.
+  std::string stacksHost() const;
   // What launch knows of a worker's end beyond its exit (an expired timer, the OOM killer).
   void explain(Failure& failure);
   void printFailureReport() const;

@@ -89,7 +89,7 @@ void Agent::takeStacks(std::string reason, std::vector<RollCallTarget> targets, 
   rollCalls_.push_back([this, reason = std::move(reason), targets = std::move(targets), then = std::move(then)] {
     auto started = std::chrono::steady_clock::now();
     rollCall(io_, targets, stacksSignal_ > 0 ? stacksSignal_ : stacksSignal(), seconds(options_.stacksTimeoutS),
-             net::hostName(), [this, reason, then, started](std::vector<stacks::RankStacks> ranks) {
+             stacksHost(), [this, reason, then, started](std::vector<stacks::RankStacks> ranks) {
                bool anyAnswered = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
                  return r.answer == stacks::Answer::kAnswered || r.answer == stacks::Answer::kNoAnswer;
                });
@@ -201,6 +201,17 @@ void Agent::onControl(const std::string& command, std::function<void(std::string
   logger()->info("stack roll-call asked for on launch's control socket");
   takeStacks("asked for (rendezvousctl stacks)", std::move(targets),
              [reply](const auto&, const std::string& report) { reply(report); });
+}
+
+std::string Agent::stacksHost() const { return rdzv_ ? rdzv_->node().host : net::hostName(); }
+
+void Agent::onStacksAsked(uint64_t request) {
+  logger()->info("stack roll-call {} asked for through the rendezvous", request);
+  takeStacks("asked for through the rendezvous (rendezvousctl stacks --run)", rollCallTargets(),
+             [this, request](const auto& ranks, const std::string&) {
+               std::vector<stacks::RankStacks> copy(ranks.begin(), ranks.end());
+               if (rdzv_) rdzv_->putStacks(request, stacks::toJson(copy).dump());
+             });
 }
 
 void Agent::explain(Failure& f) {

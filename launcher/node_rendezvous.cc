@@ -91,7 +91,8 @@ void NodeRendezvous::sendJoin() {
 
 void NodeRendezvous::watch(uint64_t round,
                            std::function<void(const muster::v1::RoundEvent&)> onEvent,
-                           std::function<void(const std::string&)> onError) {
+                           std::function<void(const std::string&)> onError,
+                           std::function<void(uint64_t)> onStacks) {
   auto alive = alive_;
   client_.watch(
       node_.runId, node_.nodeId, round, conf_.keepAliveInterval,
@@ -105,7 +106,23 @@ void NodeRendezvous::watch(uint64_t round,
         asio::post(io_, [alive, onError, why] {
           if (*alive) onError(why);
         });
+      },
+      [this, alive, onStacks = std::move(onStacks)](uint64_t request) {
+        asio::post(io_, [alive, onStacks, request] {
+          if (*alive) onStacks(request);
+        });
       });
+}
+
+void NodeRendezvous::putStacks(uint64_t request, std::string json) {
+  muster::v1::PutStacksRequest req;
+  req.set_run_id(node_.runId);
+  req.set_node_id(node_.nodeId);
+  req.set_request(request);
+  req.set_json(std::move(json));
+  client_.putStacks(req, deadlineAfter(kReportDeadline), [](absl::Status s) {
+    if (!s.ok()) logger()->warn("could not send this node's stacks to the rendezvous: {}", std::string(s.message()));
+  });
 }
 
 void NodeRendezvous::stopWatch() { client_.stopWatch(); }

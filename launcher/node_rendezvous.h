@@ -52,9 +52,13 @@ class NodeRendezvous {
   // does not come back. A join replaces one still waiting.
   void join(int masterPort, bool serviceRestarts,
             std::function<void(absl::StatusOr<muster::v1::Assignment>)> done);
-  // Watches `round`: its end (onEvent), or the service lost (onError); heartbeats meanwhile.
+  // Watches `round`: its end (onEvent), or the service lost (onError); heartbeats meanwhile,
+  // whose answers may ask for this node's stacks (onStacks, with the roll-call's id).
   void watch(uint64_t round, std::function<void(const muster::v1::RoundEvent&)> onEvent,
-             std::function<void(const std::string&)> onError);
+             std::function<void(const std::string&)> onError, std::function<void(uint64_t)> onStacks);
+  // Answers roll-call `request` with this node's ranks' stacks (stacks::toJson); failures are
+  // logged.
+  void putStacks(uint64_t request, std::string json);
   // Neither of the watch's callbacks runs after this.
   void stopWatch();
   // Tells the service how this node's round ended; `then` runs once it has it, or could not

@@ -35,6 +35,8 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
   Millis interval{0}, keepAlive{0};
   std::function<void(const pb::RoundEvent&)> onEvent;
   std::function<void(const std::string&)> onError;
+  std::function<void(uint64_t)> onStacks;  // a stack roll-call asked for, by its id
+  uint64_t lastStacks = 0;
 
   std::mutex mu;
   bool over = false;  // stopped, or a callback was delivered
@@ -102,6 +104,11 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
             std::lock_guard<std::mutex> lock(self->mu);
             if (s.ok()) {
               self->lastOk = Clock::now();
+              uint64_t asked = call->response.stacks_request();
+              if (asked != 0 && asked != self->lastStacks && !self->over && self->onStacks) {
+                self->lastStacks = asked;
+                self->onStacks(asked);
+              }
             } else {
               lost = Clock::now() - self->lastOk >= self->keepAlive;
             }
@@ -275,6 +282,33 @@ void RendezvousClient::report(const pb::ReportRequest& request, Deadline deadlin
                          });
 }
 
+void RendezvousClient::putStacks(const pb::PutStacksRequest& request, Deadline deadline,
+                                 std::function<void(absl::Status)> done) {
+  auto call = std::make_shared<Unary<pb::PutStacksRequest, pb::PutStacksResponse>>();
+  call->context = context(deadline);
+  call->request = request;
+  begin(call->context);
+  stub_->async()->PutStacks(call->context.get(), &call->request, &call->response,
+                            [this, call, done = std::move(done)](grpc::Status status) {
+                              done(toAbsl(status));
+                              end(call->context);
+                            });
+}
+
+absl::StatusOr<pb::StacksReply> RendezvousClient::stacks(const pb::StacksRequest& request, Deadline deadline) {
+  auto call = std::make_shared<Unary<pb::StacksRequest, pb::StacksReply>>();
+  call->context = context(deadline);
+  call->request = request;
+  begin(call->context);
+  std::promise<grpc::Status> result;
+  stub_->async()->Stacks(call->context.get(), &call->request, &call->response,
+                         [&result](grpc::Status status) { result.set_value(std::move(status)); });
+  grpc::Status status = result.get_future().get();
+  end(call->context);
+  if (!status.ok()) return toAbsl(status);
+  return call->response;
+}
+
 absl::StatusOr<pb::Assignment> RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline) {
   std::promise<absl::StatusOr<pb::Assignment>> result;
   join(request, deadline, [&](absl::StatusOr<pb::Assignment> r) { result.set_value(std::move(r)); });
@@ -290,7 +324,8 @@ absl::Status RendezvousClient::report(const pb::ReportRequest& request, Deadline
 void RendezvousClient::watch(const std::string& runId, const std::string& nodeId, uint64_t round,
                              Millis interval, Millis keepAlive,
                              std::function<void(const pb::RoundEvent&)> onEvent,
-                             std::function<void(const std::string&)> onError) {
+                             std::function<void(const std::string&)> onError,
+                             std::function<void(uint64_t)> onStacks) {
   stopWatch();
   auto w = std::make_shared<Watch>();
   w->client = this;
@@ -301,6 +336,7 @@ void RendezvousClient::watch(const std::string& runId, const std::string& nodeId
   w->keepAlive = keepAlive;
   w->onEvent = std::move(onEvent);
   w->onError = std::move(onError);
+  w->onStacks = std::move(onStacks);
   w->stream = context(kNoDeadline);
   {
     std::lock_guard<std::mutex> lock(mu_);

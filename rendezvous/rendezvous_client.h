@@ -46,13 +46,19 @@ class RendezvousClient {
   absl::StatusOr<pb::Assignment> join(const pb::JoinRequest& request, Deadline deadline);
   absl::Status report(const pb::ReportRequest& request, Deadline deadline);
 
+  // A node's answer to a stack roll-call (`onStacks` of watch()).
+  void putStacks(const pb::PutStacksRequest& request, Deadline deadline, std::function<void(absl::Status)> done);
+  // Blocking: a stack roll-call of a whole run (rendezvousctl).
+  absl::StatusOr<pb::StacksReply> stacks(const pb::StacksRequest& request, Deadline deadline);
+
   // Watches the round: `onEvent` with the round's end, or `onError` when the service cannot
   // be reached (the stream broke), at most one of them, once. Heartbeats every `interval`
   // meanwhile; heartbeats the service does not answer for `keepAlive` end in `onError`. A
   // watch replaces the one before.
   void watch(const std::string& runId, const std::string& nodeId, uint64_t round, Millis interval,
              Millis keepAlive, std::function<void(const pb::RoundEvent&)> onEvent,
-             std::function<void(const std::string&)> onError);
+             std::function<void(const std::string&)> onError,
+             std::function<void(uint64_t)> onStacks = {});
   // Stops the watch and its heartbeats: once this returns, neither of its callbacks is called.
   // Does not wait for the service.
   void stopWatch();

@@ -1,6 +1,8 @@
 // RendezvousService: the rendezvous methods as FrontDoor handlers over RendezvousState.
 #include "rendezvous/rendezvous_service.h"
 
+#include <algorithm>
+
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rendezvous {
@@ -42,12 +44,32 @@ void RendezvousService::serve(FrontDoor& door) {
   });
   door.add<pb::HeartbeatRequest>("/muster.v1.Rendezvous/Heartbeat", [state](const pb::HeartbeatRequest& request,
                                                                             std::shared_ptr<Answer> answer) {
-    auto status = state->heartbeat(request.run_id(), request.node_id());
-    if (status.ok()) {
-      answer->reply(pb::HeartbeatResponse());
+    auto request_ = state->heartbeat(request.run_id(), request.node_id());
+    if (request_.ok()) {
+      pb::HeartbeatResponse response;
+      response.set_stacks_request(*request_);
+      answer->reply(response);
     } else {
-      answer->finish(toGrpc(status));
+      answer->finish(toGrpc(request_.status()));
     }
+  });
+  // A stack roll-call of a run: answered when every node has sent its ranks' stacks, or at
+  // the timeout with the missing named.
+  door.add<pb::StacksRequest>("/muster.v1.Rendezvous/Stacks", [state](const pb::StacksRequest& request,
+                                                                      std::shared_ptr<Answer> answer) {
+    Millis timeout(std::clamp<int64_t>(request.timeout_ms() == 0 ? 30000 : request.timeout_ms(), 100, 600000));
+    state->requestStacks(request.run_id(), timeout, [answer](absl::StatusOr<pb::StacksReply> reply) {
+      if (reply.ok()) {
+        answer->reply(*reply);
+      } else {
+        answer->finish(toGrpc(reply.status()));
+      }
+    });
+  });
+  door.add<pb::PutStacksRequest>("/muster.v1.Rendezvous/PutStacks", [state](const pb::PutStacksRequest& request,
+                                                                            std::shared_ptr<Answer> answer) {
+    state->putStacks(request);
+    answer->reply(pb::PutStacksResponse());
   });
   door.add<pb::ReportRequest>("/muster.v1.Rendezvous/Report", [state](const pb::ReportRequest& request,
                                                                       std::shared_ptr<Answer> answer) {

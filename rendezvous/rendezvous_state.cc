@@ -299,7 +299,7 @@ void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& a
   }
 }
 
-absl::Status RendezvousState::heartbeat(const std::string& runId, const std::string& nodeId) {
+absl::StatusOr<uint64_t> RendezvousState::heartbeat(const std::string& runId, const std::string& nodeId) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(runId);
   if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", runId));
@@ -307,7 +307,62 @@ absl::Status RendezvousState::heartbeat(const std::string& runId, const std::str
   if (m != it->second.members.end()) {
     m->second.expiry = deadlineAfter(Millis(static_cast<int64_t>(it->second.keepAliveMs)));
   }
-  return absl::OkStatus();
+  uint64_t request = it->second.stacksRequest;
+  auto call = stacksCalls_.find(request);
+  if (request == 0 || call == stacksCalls_.end() || !call->second.waiting.count(nodeId)) return uint64_t{0};
+  return request;
+}
+
+void RendezvousState::requestStacks(const std::string& runId, Millis timeout, StacksDone done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = runs_.find(runId);
+    if (it != runs_.end() && it->second.running && !it->second.members.empty()) {
+      Run& run = it->second;
+      uint64_t id = nextStacks_++;
+      StacksCall call{.runId = runId, .done = std::move(done), .deadline = deadlineAfter(timeout)};
+      for (const auto& [nodeId, m] : run.members) call.waiting[nodeId] = fmt::format("{} ({})", m.node.host(), nodeId);
+      stacksCalls_[id] = std::move(call);
+      run.stacksRequest = id;
+      logger()->info("run '{}' round {}: stack roll-call {} asked of {} node(s)", runId, run.round, id,
+                     run.members.size());
+      cv_.notify_all();
+      return;
+    }
+  }
+  done(absl::NotFoundError(fmt::format("run '{}' has no running round", runId)));
+}
+
+void RendezvousState::putStacks(const pb::PutStacksRequest& request) {
+  Actions actions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = stacksCalls_.find(request.request());
+    if (it == stacksCalls_.end() || it->second.runId != request.run_id() ||
+        !it->second.waiting.erase(request.node_id())) {
+      return;
+    }
+    auto run = runs_.find(request.run_id());
+    auto* node = it->second.reply.add_nodes();
+    node->set_node_id(request.node_id());
+    node->set_json(request.json());
+    if (run != runs_.end()) {
+      if (auto m = run->second.members.find(request.node_id()); m != run->second.members.end()) {
+        node->set_host(m->second.node.host());
+        node->set_group_rank(m->second.groupRank);
+      }
+    }
+    if (it->second.waiting.empty()) endStacks(it, actions);
+  }
+  for (auto& a : actions) a();
+}
+
+void RendezvousState::endStacks(std::map<uint64_t, StacksCall>::iterator it, Actions& actions) {
+  auto run = runs_.find(it->second.runId);
+  if (run != runs_.end() && run->second.stacksRequest == it->first) run->second.stacksRequest = 0;
+  for (const auto& [nodeId, who] : it->second.waiting) it->second.reply.add_missing(who);
+  actions.push_back([done = std::move(it->second.done), reply = std::move(it->second.reply)] { done(reply); });
+  stacksCalls_.erase(it);
 }
 
 absl::StatusOr<uint64_t> RendezvousState::watch(const std::string& runId, const std::string& nodeId,
@@ -411,6 +466,7 @@ void RendezvousState::shutdown() {
         failPending(run, i, absl::UnavailableError("the rendezvous is shutting down"), actions);
       }
     }
+    while (!stacksCalls_.empty()) endStacks(stacksCalls_.begin(), actions);
   }
   cv_.notify_all();
   for (auto& a : actions) a();
@@ -418,6 +474,7 @@ void RendezvousState::shutdown() {
 
 Deadline RendezvousState::nextDeadline() const {
   Deadline next = kNoDeadline;
+  for (const auto& [id, call] : stacksCalls_) next = std::min(next, call.deadline);
   if (!retentions_.empty()) {
     next = retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.front().at;
   }
@@ -448,6 +505,11 @@ void RendezvousState::timerLoop() {
     Actions actions;
     forgetDue(actions);
     auto now = Clock::now();
+    for (auto it = stacksCalls_.begin(); it != stacksCalls_.end();) {
+      auto next = std::next(it);
+      if (it->second.deadline <= now) endStacks(it, actions);
+      it = next;
+    }
     for (auto& [runId, run] : runs_) {
       if (run.lastCall <= now) {
         run.lastCall = kNoDeadline;

@@ -46,7 +46,8 @@ class RendezvousState {
   uint64_t join(const pb::JoinRequest& request, JoinDone done);
   // The joining client went away: its join is dropped (its `done` does not run).
   void cancelJoin(uint64_t id);
-  absl::Status heartbeat(const std::string& runId, const std::string& nodeId);
+  // Keeps the node alive; returns the id of a stack roll-call it has yet to answer (0: none).
+  absl::StatusOr<uint64_t> heartbeat(const std::string& runId, const std::string& nodeId);
   // Watches `round` for its end. NOT_FOUND when the node is not in that running round (the
   // round already ended: the caller rejoins).
   absl::StatusOr<uint64_t> watch(const std::string& runId, const std::string& nodeId,
@@ -54,6 +55,13 @@ class RendezvousState {
   // The watch is over; `clientGone`: its agent vanished while the round ran: the node is lost.
   void unwatch(uint64_t id, bool clientGone);
   absl::Status report(const pb::ReportRequest& request);
+  // A stack roll-call of the run's running round: each node learns of it from its next
+  // heartbeat and answers with putStacks; `done` runs once, when every node has answered or
+  // `timeout` has passed (the missing named), or at once with NOT_FOUND for no running round.
+  using StacksDone = std::function<void(absl::StatusOr<pb::StacksReply>)>;
+  void requestStacks(const std::string& runId, Millis timeout, StacksDone done);
+  // A node's answer; one for a roll-call that is over or not its is dropped.
+  void putStacks(const pb::PutStacksRequest& request);
   void shutdown();
 
   size_t pendingJoins() const;
@@ -111,6 +119,7 @@ class RendezvousState {
     std::map<std::string, Member> members;
     Deadline lastCall = kNoDeadline;
     std::map<uint64_t, Watcher> watchers;
+    uint64_t stacksRequest = 0;  // the roll-call its nodes are asked for, 0 for none
     uint64_t idleSeq = 0;     // the retention entry that forgets it while idle
     bool idleNoted = false;   // that entry is written (until a node joins again)
   };
@@ -125,11 +134,22 @@ class RendezvousState {
     uint64_t seq;
   };
   using Actions = std::vector<std::function<void()>>;
+  struct StacksCall {
+    std::string runId;
+    std::map<std::string, std::string> waiting;  // node id -> "host (node id)"
+    pb::StacksReply reply;
+    StacksDone done;
+    Deadline deadline;
+  };
+  // Ends a roll-call (the caller holds the lock; `done` runs with the actions).
+  void endStacks(std::map<uint64_t, StacksCall>::iterator it, Actions& actions);
 
   void closeRound(const std::string& runId, Run& run, Actions& actions);
   void endRound(Run& run, const pb::RoundEvent& event, Actions& actions);
   void failPending(Run& run, size_t index, absl::Status status, Actions& actions);
   void timerLoop();
+  std::map<uint64_t, StacksCall> stacksCalls_;
+  uint64_t nextStacks_ = 1;
   Deadline nextDeadline() const;
   static bool idle(const Run& run);
   // An idle run is forgotten after the retention time unless it is used again.

@@ -1,6 +1,7 @@
 // rendezvousctl: a command-line client of the store, for scripts, demos and debugging.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +22,8 @@
 #include "common/log.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rendezvous/grpc_channel.h"
+#include "rendezvous/rendezvous_client.h"
+#include "stacks/stacks.h"
 #include "rendezvous/store_client.h"
 
 using muster::rendezvous::ClientOptions;
@@ -101,6 +104,36 @@ int launchStacks(long pid, double timeoutS) {
   return out.rfind("launch: ", 0) == 0 ? 1 : 0;
 }
 
+// `stacks --run ID`: a roll-call of every node of a run through the rendezvous service.
+int runStacks(const ClientOptions& options, const std::string& runId, double timeoutS) {
+  muster::rendezvous::RendezvousClient client(options.target, options.token, options.tlsCaPem, options.tlsServerName);
+  muster::v1::StacksRequest request;
+  request.set_run_id(runId);
+  // The service waits for the nodes a little less than we wait for it.
+  request.set_timeout_ms(static_cast<uint32_t>(std::max(0.1, timeoutS * 0.9) * 1000));
+  auto reply = client.stacks(request, muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000) + 2000)));
+  if (!reply.ok()) {
+    std::fprintf(stderr, "rendezvousctl: stack roll-call of run '%s' at %s failed: %s\n", runId.c_str(),
+                 options.target.c_str(), std::string(reply.status().message()).c_str());
+    return 1;
+  }
+  std::vector<muster::stacks::RankStacks> ranks;
+  for (const auto& node : reply->nodes()) {
+    try {
+      auto more = muster::stacks::fromJson(nlohmann::json::parse(node.json()));
+      ranks.insert(ranks.end(), more.begin(), more.end());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rendezvousctl: node %s sent stacks that are not muster's: %s\n", node.host().c_str(), e.what());
+    }
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::string out = muster::stacks::fullReport(
+      ranks, fmt::format("run '{}', {} node(s), asked for through the rendezvous", runId, reply->nodes_size()));
+  for (const auto& who : reply->missing()) out += fmt::format("\nnode {} did not answer within {:g} s\n", who, timeoutS);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return reply->nodes_size() > 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,7 +190,11 @@ int main(int argc, char** argv) {
   auto* stacks = app.add_subcommand(
       "stacks", "print the stack of every thread of every rank of a running job (a roll-call); the "
                 "job runs on");
-  stacks->add_option("--pid", launchPid, "a launch on this host: its pid")->required()->check(CLI::PositiveNumber);
+  std::string runId;
+  auto* byPid = stacks->add_option("--pid", launchPid, "a launch on this host: its pid")->check(CLI::PositiveNumber);
+  auto* byRun = stacks->add_option("--run", runId, "every node of this run (--rdzv_id), through the rendezvous at --addr");
+  byPid->excludes(byRun);
+  stacks->require_option(1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -206,7 +243,8 @@ int main(int argc, char** argv) {
   }
   auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
   if (*health) return checkHealth(options, timeoutS);
-  if (*stacks) return launchStacks(launchPid, timeoutS);
+  if (*stacks && launchPid > 0) return launchStacks(launchPid, timeoutS);
+  if (*stacks) return runStacks(options, runId, timeoutS);
   auto client = StoreClient::connect(options, deadline);
   if (!client.ok()) return failed(client.status());
   auto& store = **client;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/netns.h"
 
 namespace muster {
 namespace {
@@ -226,6 +227,53 @@ TEST_F(Stacks, WithoutARunningLaunchRendezvousctlSaysSo) {
   EXPECT_EQ(exit->code, 1);
   EXPECT_NE(ctl.stderrText().find("no launch with pid 999999 answers on this host"), std::string::npos)
       << ctl.stderrText();
+}
+
+// Two hosts (network namespaces), one run: `rendezvousctl stacks --run` asks every node
+// through the rendezvous, and one report holds both nodes' ranks.
+TEST_F(Stacks, OneRollCallThroughTheRendezvousCoversTwoNodes) {
+  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  testing::NetnsNetwork net("sk", 215);
+  if (!net.create()) GTEST_SKIP() << "cannot create network namespaces here";
+  std::string endpoint = net.address(1) + ":" + std::to_string(freePort());
+  std::string go = (dir_ / "go").string();
+  auto node = [&](int h) {
+    return std::make_unique<Child>(std::vector<std::string>{
+        "/usr/bin/nsenter", "--net=" + net.path(h), "--", launchPath(), "--nnodes=2", "--nproc_per_node=2",
+        "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=stk",
+        "--rdzv_conf=keep_alive_interval=1,is_host=" + std::string(h == 1 ? "1" : "0"), "--log_dir=" + (dir_ / ("logs" + std::to_string(h))).string(),
+        "--no_python", stuckWorker(), "2", go});
+  };
+  auto a = node(1);
+  auto b = node(2);
+  // Each node prints its own ranks' ready lines; together, all four.
+  auto count = [](const std::string& text) {
+    std::regex re("rank \\d+ pid \\d+ ready");
+    return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
+  };
+  for (int i = 0; i < 600 && count(a->stdoutText()) + count(b->stdoutText()) < 4; ++i) {
+    a->waitForLine("never", milliseconds(50), false);
+    b->waitForLine("never", milliseconds(50), false);
+  }
+  ASSERT_EQ(count(a->stdoutText()) + count(b->stdoutText()), 4) << a->stderrText() << b->stderrText();
+  Child ctl({"/usr/bin/nsenter", "--net=" + net.path(2), "--", ctlPath(), "--addr=" + endpoint, "--timeout=20",
+             "stacks", "--run=stk"});
+  auto exit = ctl.wait(milliseconds(60000));
+  ASSERT_TRUE(exit.has_value());
+  std::string out = ctl.stdoutText() + ctl.stderrText();
+  EXPECT_EQ(exit->code, 0) << out;
+  EXPECT_NE(out.find("4 rank(s) on 2 node(s)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(  rank 2: [^\n]*stuck_in_native_loader\(\))"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(  ranks 0,1,3: [^\n]*wait_for_the_others\(\))"))) << out;
+  EXPECT_NE(out.find("host " + net.address(1)), std::string::npos) << out;
+  EXPECT_NE(out.find("host " + net.address(2)), std::string::npos) << out;
+  // The job runs on, and ends well.
+  std::ofstream(go) << "";
+  auto ea = a->wait(kRun), eb = b->wait(kRun);
+  ASSERT_TRUE(ea.has_value() && eb.has_value());
+  EXPECT_EQ(ea->code, 0) << a->stderrText();
+  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  net.remove();
 }
 
 // A memory cgroup made for the test (v2 where the memory controller is there, else v1),
