@@ -123,6 +123,8 @@ TEST_F(Stacks, AnExpiredFileTimerKillsTheWorkerAsUnderTorchrunAndIsNamed) {
   EXPECT_NE(err.find("launch: root cause: rank 1 (local_rank 1, pid"), std::string::npos) << err;
   EXPECT_NE(err.find("was killed by SIGKILL: its file timer 'load_batch' expired"), std::string::npos) << err;
   EXPECT_TRUE(std::regex_search(err, std::regex(R"(stack roll-call \(rank 1's file timer 'load_batch' expired\)[^\n]*\n  rank 1: stuck_in_loader \(hang\.py:\d+\))")))
+      << err;  // When a rank fails, the survivors' stacks before they are stopped: in all_reduce, waiting for it.
+  EXPECT_TRUE(std::regex_search(err, std::regex(R"(stack roll-call \(rank 1 was killed by SIGKILL; the others before they are stopped\)[^\n]*\n  ranks 0,2: all_reduce \(distributed_c10d\.py:\d+\))")))
       << err;
 }
 
