@@ -1,7 +1,8 @@
 // A C++ rank for the roll-call tests, linked with the worker library and so with its native
 // stack handler: rank STUCK stands in stuck_in_native_loader(), the others in
 // wait_for_the_others(), each with a helper thread in helper_thread_loop(). With a file
-// named, every rank exits 0 once the file exists.
+// named, every rank exits 0 once the file exists. FAIL_RANK=R: rank R exits with code 3
+// instead, soon after it says it is ready.
 //   stuck_worker STUCK [EXIT_WHEN_FILE]
 #include <unistd.h>
 
@@ -46,6 +47,10 @@ int main(int argc, char** argv) {
   std::thread helper(helper_thread_loop);
   std::printf("rank %d pid %d ready\n", env->rank, getpid());
   std::fflush(stdout);
+  if (const char* fail = std::getenv("FAIL_RANK"); fail != nullptr && std::atoi(fail) == env->rank) {
+    usleep(200000);  // the others are waiting by then
+    _exit(3);        // (the helper thread is still running)
+  }
   if (env->rank == stuck) {
     stuck_in_native_loader();
   } else {
