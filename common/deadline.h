@@ -13,6 +13,9 @@ using Millis = std::chrono::milliseconds;
 // A deadline that never passes (c10d's kNoTimeout).
 inline constexpr Deadline kNoDeadline = Deadline::max();
 
+// A flag's seconds (--grace_period 2.5) as milliseconds, truncated.
+inline Millis fromSeconds(double seconds) { return Millis(static_cast<int64_t>(seconds * 1000)); }
+
 inline Deadline deadlineAfter(Millis timeout) {
   if (timeout.count() <= 0) return kNoDeadline;
   auto now = Clock::now();

@@ -446,7 +446,7 @@ void Agent::stopGroup(int sig, const std::string& why) {
                    running, options_.gracePeriodS);
   }
   group_->signalAll(sig);
-  graceTimer_.expires_after(std::chrono::milliseconds(static_cast<int64_t>(options_.gracePeriodS * 1000)));
+  graceTimer_.expires_after(fromSeconds(options_.gracePeriodS));
   graceTimer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !group_ || group_->allExited()) return;
     size_t left = 0;
@@ -461,7 +461,7 @@ void Agent::killGroup() {
   group_->signalAll(SIGKILL);
   if (killArmed_) return;
   killArmed_ = true;
-  killTimer_.expires_after(Millis(static_cast<int64_t>(options_.killTimeoutS * 1000)));
+  killTimer_.expires_after(fromSeconds(options_.killTimeoutS));
   killTimer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !group_ || group_->settled()) return;
     // SIGKILL cannot end a process the kernel holds (state D: a hung file system or device).

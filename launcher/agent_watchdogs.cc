@@ -27,8 +27,6 @@ auto logger() {
 // The roll-call's signal: a real-time one, past those glibc and common runtimes take.
 int stacksSignal() { return SIGRTMIN + 6; }
 
-Millis seconds(double s) { return Millis(static_cast<int64_t>(s * 1000)); }
-
 }  // namespace
 
 void Agent::prepareWatchdogs() {
@@ -88,7 +86,8 @@ std::vector<RollCallTarget> Agent::rollCallTargets(pid_t only) const {
 void Agent::takeStacks(std::string reason, std::vector<RollCallTarget> targets, StacksTaken then) {
   rollCalls_.push_back([this, reason = std::move(reason), targets = std::move(targets), then = std::move(then)] {
     auto started = std::chrono::steady_clock::now();
-    rollCall(io_, targets, stacksSignal_ > 0 ? stacksSignal_ : stacksSignal(), seconds(options_.stacksTimeoutS),
+    // With --stacks=off no rank has a handler (nor a stacks file): each is reported as such.
+    rollCall(io_, targets, stacksSignal_, fromSeconds(options_.stacksTimeoutS),
              stacksHost(), [this, reason, then, started](std::vector<stacks::RankStacks> ranks) {
                bool anyAnswered = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
                  return r.answer == stacks::Answer::kAnswered || r.answer == stacks::Answer::kNoAnswer;
@@ -126,10 +125,10 @@ void Agent::runNextRollCall() {
 
 void Agent::armHangTimer() {
   if (options_.hangTimeoutS <= 0) return;
-  hangTimer_.expires_at(lastProgress_ + seconds(options_.hangTimeoutS));
+  hangTimer_.expires_at(lastProgress_ + fromSeconds(options_.hangTimeoutS));
   hangTimer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || !group_ || stopping_ != Stopping::kNo || group_->allExited()) return;
-    if (std::chrono::steady_clock::now() < lastProgress_ + seconds(options_.hangTimeoutS)) {
+    if (std::chrono::steady_clock::now() < lastProgress_ + fromSeconds(options_.hangTimeoutS)) {
       armHangTimer();  // progress came meanwhile
       return;
     }
@@ -148,15 +147,9 @@ void Agent::onHang() {
   takeStacks(why, rollCallTargets(), [this, round, why](const auto& ranks, const std::string&) {
     if (group_.get() != round || stopping_ != Stopping::kFailure) return;
     if (!lastStacksFile_.empty() && !ranks.empty()) {
-      std::vector<stacks::RankStacks> copy(ranks.begin(), ranks.end());
-      auto groups = stacks::groupRanks(copy);
-      if (!groups.empty()) {
-        std::vector<int> numbers;
-        for (int i : groups.front().ranks) numbers.push_back(copy[i].rank);
-        hangWhy_ = fmt::format("{}; {} {}: {}; every stack in {}", why, numbers.size() == 1 ? "rank" : "ranks",
-                               stacks::rankList(numbers), groups.front().where,
-                               lastStacksFile_);
-      }
+      // The odd ones out, as the summary's first line names them.
+      hangWhy_ = fmt::format("{}; {}; every stack in {}", why, stacks::describeGroup(ranks, stacks::groupRanks(ranks).front()),
+                             lastStacksFile_);
     }
     stopGroup(SIGTERM, why);
   });
@@ -209,8 +202,7 @@ void Agent::onStacksAsked(uint64_t request) {
   logger()->info("stack roll-call {} asked for through the rendezvous", request);
   takeStacks("asked for through the rendezvous (rendezvousctl stacks --run)", rollCallTargets(),
              [this, request](const auto& ranks, const std::string&) {
-               std::vector<stacks::RankStacks> copy(ranks.begin(), ranks.end());
-               if (rdzv_) rdzv_->putStacks(request, stacks::toJson(copy).dump());
+               if (rdzv_) rdzv_->putStacks(request, stacks::toJson(ranks).dump());
              });
 }
 

@@ -15,22 +15,28 @@
 
 namespace muster::launcher {
 
+std::optional<ProcessInfo> readProcess(pid_t pid) {
+  auto stat = readFile(fmt::format("/proc/{}/stat", pid), "process status");
+  if (!stat.ok()) return std::nullopt;  // gone
+  const std::string& text = *stat;
+  // The command may hold spaces and parentheses: it ends at the last ')'.
+  auto open = text.find('('), close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 > text.size()) return std::nullopt;
+  ProcessInfo p;
+  p.pid = pid;
+  p.command = text.substr(open + 1, close - open - 1);
+  std::istringstream rest(text.substr(close + 2));
+  rest >> p.state >> p.ppid >> p.pgid;
+  return p;
+}
+
 std::vector<ProcessInfo> listProcesses() {
   std::vector<ProcessInfo> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    ProcessInfo p;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &p.pid)) continue;
-    auto stat = readFile((entry.path() / "stat").string(), "process status");
-    if (!stat.ok()) continue;  // gone meanwhile
-    const std::string& text = *stat;
-    // The command may hold spaces and parentheses: it ends at the last ')'.
-    auto open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 2 > text.size()) continue;
-    p.command = text.substr(open + 1, close - open - 1);
-    std::istringstream rest(text.substr(close + 2));
-    rest >> p.state >> p.ppid >> p.pgid;
-    out.push_back(std::move(p));
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    if (auto p = readProcess(pid)) out.push_back(std::move(*p));  // one gone meanwhile is skipped
   }
   return out;
 }

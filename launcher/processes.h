@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct ProcessInfo {
 
 // Every process now in /proc (one that vanishes meanwhile is left out).
 std::vector<ProcessInfo> listProcesses();
+// One process as /proc/PID/stat shows it; nullopt when it is gone.
+std::optional<ProcessInfo> readProcess(pid_t pid);
 
 // The live (not zombie) processes below `root`, but neither `except` nor anything below it.
 // The walk up passes through zombies (a dead shell between root and a daemon). A process that

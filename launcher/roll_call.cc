@@ -74,8 +74,6 @@ bool catches(pid_t pid, int signal) {
   return false;
 }
 
-bool alive(pid_t pid);
-
 // The handler's ready lines: "muster-stacks pid=N python|native" (one per process that
 // installed one); the last whose process is alive, in the rank's group, and catches the signal.
 bool readyHandler(const std::string& path, pid_t rank, int signal, pid_t& pid, bool& native) {
@@ -87,19 +85,13 @@ bool readyHandler(const std::string& path, pid_t rank, int signal, pid_t& pid, b
     size_t space = rest.find(' ');
     pid_t p = 0;
     if (!absl::SimpleAtoi(rest.substr(0, space), &p) || p <= 0) continue;
-    if ((p != rank && getpgid(p) != rank) || !alive(p) || !catches(p, signal)) continue;
+    auto process = readProcess(p);
+    if (!process || process->state == 'Z' || (p != rank && process->pgid != rank) || !catches(p, signal)) continue;
     pid = p;
     native = space != std::string::npos && rest.substr(space + 1) == "native";
     found = true;
   }
   return found;
-}
-
-bool alive(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  size_t close = text.rfind(')');
-  return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
 }
 
 void finishOne(Pending& p, bool answered) {
@@ -168,7 +160,7 @@ void rollCall(asio::io_context& io, std::vector<RollCallTarget> targets, int sig
     p.result.localRank = t.localRank;
     p.result.pid = t.pid;
     p.result.host = host;
-    if (!alive(t.pid)) {
+    if (auto process = readProcess(t.pid); !process || process->state == 'Z') {
       p.result.answer = stacks::Answer::kGone;
     } else if (!readyHandler(t.stacksFile, t.pid, signal, p.handler, p.native)) {
       // Only a process of the rank's own group that has a handler is signalled: to anything

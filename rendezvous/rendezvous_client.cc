@@ -269,44 +269,47 @@ void RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline,
                        });
 }
 
-void RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline,
-                              std::function<void(absl::Status)> done) {
-  auto call = std::make_shared<Unary<pb::ReportRequest, pb::ReportResponse>>();
+template <typename Request, typename Response>
+void RendezvousClient::unary(void (pb::Rendezvous::Stub::async::*method)(grpc::ClientContext*, const Request*,
+                                                                        Response*, std::function<void(grpc::Status)>),
+                             const Request& request, Deadline deadline,
+                             std::function<void(grpc::Status, Response&)> done) {
+  auto call = std::make_shared<Unary<Request, Response>>();
   call->context = context(deadline);
   call->request = request;
   begin(call->context);
-  stub_->async()->Report(call->context.get(), &call->request, &call->response,
-                         [this, call, done = std::move(done)](grpc::Status status) {
-                           done(toAbsl(status));
-                           end(call->context);
-                         });
-}
-
-void RendezvousClient::putStacks(const pb::PutStacksRequest& request, Deadline deadline,
-                                 std::function<void(absl::Status)> done) {
-  auto call = std::make_shared<Unary<pb::PutStacksRequest, pb::PutStacksResponse>>();
-  call->context = context(deadline);
-  call->request = request;
-  begin(call->context);
-  stub_->async()->PutStacks(call->context.get(), &call->request, &call->response,
+  (stub_->async()->*method)(call->context.get(), &call->request, &call->response,
                             [this, call, done = std::move(done)](grpc::Status status) {
-                              done(toAbsl(status));
+                              done(std::move(status), call->response);
                               end(call->context);
                             });
 }
 
+void RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline,
+                              std::function<void(absl::Status)> done) {
+  unary<pb::ReportRequest, pb::ReportResponse>(
+      &pb::Rendezvous::Stub::async::Report, request, deadline,
+      [done = std::move(done)](grpc::Status status, pb::ReportResponse&) { done(toAbsl(status)); });
+}
+
+void RendezvousClient::putStacks(const pb::PutStacksRequest& request, Deadline deadline,
+                                 std::function<void(absl::Status)> done) {
+  unary<pb::PutStacksRequest, pb::PutStacksResponse>(
+      &pb::Rendezvous::Stub::async::PutStacks, request, deadline,
+      [done = std::move(done)](grpc::Status status, pb::PutStacksResponse&) { done(toAbsl(status)); });
+}
+
 absl::StatusOr<pb::StacksReply> RendezvousClient::stacks(const pb::StacksRequest& request, Deadline deadline) {
-  auto call = std::make_shared<Unary<pb::StacksRequest, pb::StacksReply>>();
-  call->context = context(deadline);
-  call->request = request;
-  begin(call->context);
-  std::promise<grpc::Status> result;
-  stub_->async()->Stacks(call->context.get(), &call->request, &call->response,
-                         [&result](grpc::Status status) { result.set_value(std::move(status)); });
-  grpc::Status status = result.get_future().get();
-  end(call->context);
-  if (!status.ok()) return toAbsl(status);
-  return call->response;
+  std::promise<absl::StatusOr<pb::StacksReply>> result;
+  unary<pb::StacksRequest, pb::StacksReply>(&pb::Rendezvous::Stub::async::Stacks, request, deadline,
+                                            [&result](grpc::Status status, pb::StacksReply& reply) {
+                                              if (status.ok()) {
+                                                result.set_value(std::move(reply));
+                                              } else {
+                                                result.set_value(toAbsl(status));
+                                              }
+                                            });
+  return result.get_future().get();
 }
 
 absl::StatusOr<pb::Assignment> RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline) {

@@ -70,6 +70,12 @@ class RendezvousClient {
 
  private:
   friend struct Watch;
+  // One unary call of a Rendezvous method: `done` gets its status and response on gRPC's
+  // thread; the call is counted in flight (begin/end) meanwhile.
+  template <typename Request, typename Response>
+  void unary(void (pb::Rendezvous::Stub::async::*method)(grpc::ClientContext*, const Request*, Response*,
+                                                        std::function<void(grpc::Status)>),
+             const Request& request, Deadline deadline, std::function<void(grpc::Status, Response&)> done);
   // Bookkeeping of calls in flight, so that the destructor can wait for their callbacks.
   void begin(const std::shared_ptr<grpc::ClientContext>& context);
   void end(const std::shared_ptr<grpc::ClientContext>& context);

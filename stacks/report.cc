@@ -117,22 +117,18 @@ std::string rankList(std::vector<int> ranks) {
   return out;
 }
 
-namespace {
-
-std::string groupHead(const std::vector<RankStacks>& ranks, const Group& g) {
+std::string describeGroup(const std::vector<RankStacks>& ranks, const Group& g) {
   std::vector<int> numbers;
   for (int i : g.ranks) numbers.push_back(ranks[i].rank);
   return fmt::format("{} {}: {}", numbers.size() == 1 ? "rank" : "ranks", rankList(numbers), g.where);
 }
-
-}  // namespace
 
 std::string summary(const std::vector<RankStacks>& ranks, const std::string& reason) {
   std::set<std::string> hosts;
   for (const auto& r : ranks) hosts.insert(r.host);
   std::string out = fmt::format("stack roll-call ({}): {} rank(s) on {} node(s)\n", reason, ranks.size(),
                                 hosts.size());
-  for (const auto& g : groupRanks(ranks)) out += "  " + groupHead(ranks, g) + "\n";
+  for (const auto& g : groupRanks(ranks)) out += "  " + describeGroup(ranks, g) + "\n";
   return out;
 }
 
@@ -141,7 +137,7 @@ std::string fullReport(const std::vector<RankStacks>& ranks, const std::string& 
                                 fmt::gmtime(std::time(nullptr)));
   out += summary(ranks, reason);
   for (const auto& g : groupRanks(ranks)) {
-    out += "\n== " + groupHead(ranks, g) + "\n";
+    out += "\n== " + describeGroup(ranks, g) + "\n";
     for (int i : g.ranks) {
       const auto& r = ranks[i];
       out += fmt::format("  rank {} (local_rank {}, pid {}, host {}{}{})\n", r.rank, r.localRank, r.pid, r.host,

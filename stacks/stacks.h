@@ -64,6 +64,8 @@ struct Group {
 
 // The groups, the smallest (the odd ones out) first, ties by lowest rank.
 std::vector<Group> groupRanks(const std::vector<RankStacks>& ranks);
+// "ranks 0,2,3: all_reduce (...) <- ...", "rank 1: ...".
+std::string describeGroup(const std::vector<RankStacks>& ranks, const Group& group);
 
 // "0,2-4,7".
 std::string rankList(std::vector<int> ranks);
