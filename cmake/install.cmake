@@ -44,6 +44,28 @@ install(DIRECTORY proto/ DESTINATION ${CMAKE_INSTALL_DATADIR}/muster/proto
 install(DIRECTORY deploy/slurm deploy/k8s deploy/systemd DESTINATION ${CMAKE_INSTALL_DATADIR}/muster)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
+# The Python package (python/muster, pure Python) into Python's site directory under the
+# install prefix: lib/python3.X/dist-packages on Debian (on sys.path for /usr and /usr/local),
+# site-packages elsewhere. MUSTER_PYTHON_SITE (relative to the prefix, or absolute) overrides.
+if(NOT DEFINED MUSTER_PYTHON_SITE)
+  find_program(MUSTER_PYTHON3 NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  find_program(MUSTER_PYTHON3 NAMES python3)
+  set(site "")
+  if(MUSTER_PYTHON3)
+    execute_process(
+      COMMAND ${MUSTER_PYTHON3} -c "import sysconfig as s
+p = s.get_path('purelib', 'posix_prefix', vars={'base': '', 'platbase': ''}).lstrip('/')
+print(p.replace('site-packages', 'dist-packages') if 'deb_system' in s.get_scheme_names() else p)"
+      OUTPUT_VARIABLE site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  endif()
+  if(site STREQUAL "")
+    set(site ${CMAKE_INSTALL_LIBDIR}/python3/site-packages)
+  endif()
+  set(MUSTER_PYTHON_SITE ${site} CACHE STRING "where cmake --install puts the muster Python package")
+endif()
+install(DIRECTORY python/muster DESTINATION ${MUSTER_PYTHON_SITE}
+        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/muster)
 install(EXPORT musterTargets NAMESPACE muster:: DESTINATION ${config_dir})
 configure_package_config_file(cmake/musterConfig.cmake.in

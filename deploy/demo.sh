@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: set up, build, then train DocNN on 2 ranks under launch (worker train, bundled
-# generated SST-format data), decode the test set on 2 ranks (worker decode), and show how a
-# failing rank is reported. Well under a minute on 2 cores once built.
+# generated SST-format data), decode the test set on 2 ranks (worker decode, and the Python
+# example examples/decode.py through muster's channel), and show how a failing rank is reported. Well under a minute on 2 cores once built.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$root/deploy/setup.sh" "$@"
@@ -32,6 +32,16 @@ echo "   first predictions ($data/predictions.tsv):"
 head -4 "$data/predictions.tsv" | sed 's/^/     /'
 
 echo
+echo "== 3b. the same in Python: launch --nproc_per_node=2 examples/decode.py (import muster: the"
+echo "       weights and the predictions travel through the shared-directory channel)"
+PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3} \
+  "$launch" --nproc_per_node=2 --master_port=0 "$root/examples/decode.py" \
+  --train "$data/train.tsv" --input "$data/test.tsv" --output "$data/predictions_py.tsv" 2>&1 \
+  | grep -v '^\[.*\] \[launch\] \[\(info\|warning\)\]'
+echo "   first predictions ($data/predictions_py.tsv):"
+head -3 "$data/predictions_py.tsv" | sed 's/^/     /'
+
+echo
 echo "== 4. a rank that fails: launch names it, stops the others at once, shows why"
 set +e
 "$launch" --nproc_per_node=3 --master_port=0 "$worker" --fail-rank 1 2>&1 | grep -v '^\[.*\] \[info\]'
@@ -45,4 +55,4 @@ echo "== 5. the same launch runs unmodified PyTorch: examples/ddp_demo.py under 
 PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3} "$launch" --nproc_per_node=2 --master_port=0 \
   "$root/examples/ddp_demo.py" --epochs 3 2>&1 | grep -E "epoch|training on"
 echo
-echo "Done. Model: $data/docnn.ckpt; predictions: $data/predictions.tsv"
+echo "Done. Model: $data/docnn.ckpt; predictions: $data/predictions.tsv, $data/predictions_py.tsv"

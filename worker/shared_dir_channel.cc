@@ -54,6 +54,15 @@ uint64_t randomId() {
 
 std::string annKey(const std::string& name) { return "muster/chan/ann/" + name; }
 std::string doneKey(const std::string& name) { return "muster/chan/done/" + name; }
+// Set by the sender before it writes: "-" (wait for the announcement), or, from the Python
+// package for a large payload on one node, "S|<temporary file>|<header bytes>|<payload
+// bytes>|<segment bytes>" with part keys "muster/chan/part/<name>/<k>" as segments land, so
+// that its receivers check a segment while the next is written. This library's receivers
+// wait for the announcement alone, and the last one deletes these keys too.
+std::string earlyKey(const std::string& name) { return "muster/chan/early/" + name; }
+std::string partKey(const std::string& name, uint64_t k) {
+  return fmt::format("muster/chan/part/{}/{}", name, k);
+}
 
 std::vector<uint8_t> bytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 std::string textOf(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
@@ -250,6 +259,11 @@ std::string SharedDirChannel::nextName(const std::string& stream, char direction
 absl::Status SharedDirChannel::publish(const std::string& name, const Payload& p, int receivers) {
   std::string path = (fs::path(roundDir_) / (name + ".mt")).string();
   std::string tmp = (fs::path(roundDir_) / fmt::format(".{}.{}.tmp", name, getpid())).string();
+  try {
+    store_->set(earlyKey(name), bytesOf("-"));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(fmt::format("rank {}: starting {}: {}", env_.rank, path, e.what()));
+  }
   auto announceError = [&](const absl::Status& s) {
     try {
       store_->set(annKey(name), bytesOf(fmt::format("ERROR|{}|{}", static_cast<int>(s.code()),
@@ -431,6 +445,17 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
       if (env_.groupWorldSize <= 1) unlink(path.c_str());
       store_->deleteKey(annKey(name));
       store_->deleteKey(doneKey(name));
+      // Part keys are counted from the start only if it agrees with the announcement.
+      if (store_->check({earlyKey(name)})) {
+        std::vector<std::string> early = absl::StrSplit(textOf(store_->get(earlyKey(name))), '|');
+        uint64_t streamed = 0, segment = 0;
+        if (early.size() == 5 && early[0] == "S" && absl::SimpleAtoi(early[3], &streamed) &&
+            streamed == bytes && absl::SimpleAtoi(early[4], &segment) && segment >= 4096 &&
+            segment % 4096 == 0) {
+          for (uint64_t k = 0; k < (streamed + segment - 1) / segment; ++k) store_->deleteKey(partKey(name, k));
+        }
+        store_->deleteKey(earlyKey(name));
+      }
     }
   } catch (const std::exception&) {
   }

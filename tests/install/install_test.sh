@@ -38,3 +38,35 @@ for r in 0 1; do
     || { echo "install_test: rank $r's line is missing" >&2; exit 1; }
 done
 echo "install_test: installed tree builds and runs a find_package(muster) program"
+
+# The Python package: installed into Python's site directory under the prefix, and by pip
+# (no network) into a virtual environment; both run a 2-rank broadcast under launch.
+site=$(cd "$work/prefix" && ls -d lib/python3*/*-packages 2>/dev/null | head -1)
+[ -n "$site" ] && [ -e "$work/prefix/$site/muster/channel.py" ] \
+  || { echo "install_test: the muster Python package was not installed" >&2; exit 1; }
+if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+  cat >"$work/bcast.py" <<'PY'
+import muster, torch
+c = muster.Channel()
+t = c.broadcast(torch.arange(4) * 7 if c.rank == 0 else None, 0)
+print(f"python rank {c.rank}: {t.tolist()} from {muster.__file__.split('/muster/')[0]}")
+PY
+  check_python() {  # check_python PYTHON SITE_DIR_EXPECTED
+    out=$(PYTHON_EXEC=$1 "$work/prefix/bin/launch" --nproc_per_node=2 --master_port=0 \
+          "$work/bcast.py" 2>"$work/py.err") || { cat "$work/py.err" >&2; exit 1; }
+    for r in 0 1; do
+      grep -qx "python rank $r: \[0, 7, 14, 21\] from $2" <<<"$out" \
+        || { echo "install_test: python rank $r's line is missing: $out" >&2; exit 1; }
+    done
+  }
+  printf '#!/bin/sh\nPYTHONPATH=%s exec /usr/bin/python3 "$@"\n' "$work/prefix/$site" >"$work/py"
+  chmod +x "$work/py"
+  check_python "$work/py" "$work/prefix/$site"
+  cp -r "$source/python" "$work/python-src"  # pip builds in the tree: not in the source's
+  /usr/bin/python3 -m venv --system-site-packages "$work/venv"
+  "$work/venv/bin/pip" install "$work/python-src" >"$work/pip.log" 2>&1 \
+    || { cat "$work/pip.log" >&2; exit 1; }
+  venv_site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  check_python "$work/venv/bin/python" "$venv_site"
+  echo "install_test: import muster works from cmake --install and from pip install ./python"
+fi
