@@ -34,3 +34,7 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'muster' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -66,7 +66,8 @@ def _first_line(e):
 
 def _os_error(e, what, path=None, src=None):
     cls = ChannelDiskFull if e.errno in (errno.ENOSPC, errno.EDQUOT) else ChannelError
-    return cls(f"{what}: {os.strerror(e.errno) if e.errno else e}", path=path, src=src)
+    why = e.strerror or str(e) or type(e).__name__
+    return cls(f"{what}: {why}", path=path, src=src)
 
 
 class _Payload:
@@ -414,7 +415,7 @@ class Channel:
                 os.ftruncate(fd, head_size + p.nbytes)
                 early((f"S|{tmp}|{head_size}|{p.nbytes}|{_SEGMENT}" if segments
                        else "-").encode())
-                digest = _hash_while(p.view, write)
+                digest = _hash_while(p, write)
                 head = fileformat.pack_header(p.kind, transfer_id, p.nbytes, digest,
                                               p.dtype_code, p.shape, me)
                 if os.pwrite(fd, head, 0) != len(head):
@@ -426,10 +427,10 @@ class Channel:
             self._set(_ann_key(name), (f"{path}|{transfer_id:016x}|{p.nbytes}|"
                                        f"{digest:016x}|{receivers}").encode(), "announcing", path)
         except BaseException as e:
-            if isinstance(e, OSError):
-                error = _os_error(e, f"rank {me}: writing {path}", path, me)
-            elif isinstance(e, ChannelError):
+            if isinstance(e, ChannelError):
                 error = e
+            elif isinstance(e, OSError):
+                error = _os_error(e, f"rank {me}: writing {path}", path, me)
             else:
                 code = INVALID_ARGUMENT if isinstance(e, (TypeError, ValueError)) else INTERNAL
                 error = error_for_code(code, f"rank {me}: {type(e).__name__}: {e}", path, me)
@@ -714,16 +715,17 @@ def _write_chunks(fd, view):
         _write_all(fd, view[off:off + _CHUNK])
 
 
-def _hash_while(view, work):
-    """XXH3 of ``view``, computed beside ``work()`` (which reads the same memory): on a thread
-    of its own for large payloads, since both the checksum and the writes release the GIL (a
-    1 GiB send takes the time of its writes, not of writes plus hashing)."""
+def _hash_while(payload, work):
+    """XXH3 of ``payload``'s bytes, computed beside ``work()`` (which reads the same memory):
+    on a thread of its own for large payloads, since both the checksum and the writes release
+    the GIL (a 1 GiB send takes the time of its writes, not of writes plus hashing)."""
+    view = payload.view
     if len(view) < _PARALLEL_HASH:
         work()
         return checksum.xxh3_64(view)
     result = []
 
-    def run():
+    def run(owner=payload):  # holds the memory the view points at while the thread reads it
         try:
             h = checksum.hasher()
             for off in range(0, len(view), _CHUNK):

@@ -14,6 +14,17 @@ def _address(view):
     return ctypes.addressof(ctypes.c_char.from_buffer(view)) if len(view) else 0
 
 
+def _writable(view):
+    """A byte view ctypes can take the address of (read-only buffers are copied: the
+    fallback's byte payloads), released when the caller's ``with`` ends so that no export
+    outlives the call (a mapping with exports cannot be closed)."""
+    v = memoryview(view).cast("B")
+    if v.readonly:
+        v.release()
+        v = memoryview(bytearray(view))
+    return v
+
+
 class _Module:
     name = "xxhash (python3-xxhash)"
 
@@ -37,10 +48,8 @@ class _LibHasher:
         lib.XXH3_64bits_reset(self._state)
 
     def update(self, view):
-        view = memoryview(view).cast("B")
-        if view.readonly:
-            view = memoryview(bytearray(view))
-        self._lib.XXH3_64bits_update(self._state, _address(view), len(view))
+        with _writable(view) as v:
+            self._lib.XXH3_64bits_update(self._state, _address(v), len(v))
 
     def intdigest(self):
         return self._lib.XXH3_64bits_digest(self._state)
@@ -67,10 +76,8 @@ class _Library:
         self._lib = lib
 
     def digest(self, view):
-        view = memoryview(view).cast("B")
-        if view.readonly:
-            view = memoryview(bytearray(view))
-        return self._lib.XXH3_64bits(_address(view), len(view))
+        with _writable(view) as v:
+            return self._lib.XXH3_64bits(_address(v), len(v))
 
     def hasher(self):
         return _LibHasher(self._lib)

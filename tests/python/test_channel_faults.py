@@ -208,27 +208,40 @@ class Faults(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(small, "job", "0")), [],
                          "no partial file is left behind")
 
+    def follow(self, receiver, fail_at=None):
+        """Makes rank 1's streamed send wait until ``receiver`` follows it (waits for a segment
+        of the file it mapped), whatever the load; with ``fail_at`` its write of that segment
+        fails with ENOSPC. The part-key values the receiver read, in order."""
+        following, seen, writes = threading.Event(), [], []
+        real_wait, real_write = receiver._wait_get, channel_module._write_chunks
+
+        def wait_get(key, *args):
+            if key.startswith("muster/chan/part/"):
+                following.set()
+                seen.append(real_wait(key, *args))
+                return seen[-1]
+            return real_wait(key, *args)
+
+        def write_chunks(fd, view):
+            writes.append(len(view))
+            if len(writes) == 1:
+                self.assertTrue(following.wait(120), "the receiver never followed the file")
+            if len(writes) == fail_at:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real_write(fd, view)
+
+        return seen, mock.patch.multiple(receiver, _wait_get=wait_get), \
+            mock.patch.object(channel_module, "_write_chunks", write_chunks)
+
     def test_a_streamed_transfer_is_checked_as_it_lands_and_leaves_no_keys(self):
         c0, c1 = self.channels(timeout=60)
         keys_before = self.store.num_keys()
         sent = torch.arange(50 << 20, dtype=torch.int32)  # 200 MiB: 4 segments
-        followed, slow = [], channel_module._write_chunks
-
-        def slow_writes(fd, view):  # time for the receiver to be there whatever the load
-            time.sleep(0.3)
-            slow(fd, view)
-
-        def spy(*args):
-            followed.append(real_follow(c0, *args))
-            return followed[-1]
-
-        real_follow = muster.Channel._follow
-        with mock.patch.object(channel_module, "_write_chunks", slow_writes), \
-                mock.patch.object(c0, "_follow", spy):
+        seen, gate, writes = self.follow(c0)
+        with gate, writes:
             got = together(lambda: c1.send(sent, 0), lambda: c0.recv(1))[1]
         self.assertTrue(torch.equal(got, sent))
-        self.assertEqual(len(followed), 1)
-        self.assertIsNotNone(followed[0], "the receiver followed the file as it was written")
+        self.assertEqual(seen, ["1"] * 4, "the receiver checked every segment as it landed")
         self.assertEqual(self.store.num_keys(), keys_before, "the last receiver deletes the "
                          "announcement, the counter, the start and every segment's key")
         self.assertEqual(os.listdir(os.path.join(self.dir, "job", "0")), [])
@@ -237,17 +250,11 @@ class Faults(unittest.TestCase):
 
     def test_a_failed_write_in_the_middle_of_a_streamed_send_stops_its_receiver(self):
         c0, c1 = self.channels(timeout=60)
-        writes, real = [], channel_module._write_chunks
-
-        def full_after_one_segment(fd, view):
-            writes.append(len(view))
-            if len(writes) == 2:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            real(fd, view)
-
-        with mock.patch.object(channel_module, "_write_chunks", full_after_one_segment):
+        seen, gate, writes = self.follow(c0, fail_at=2)
+        with gate, writes:
             outcomes = self.failed_streamed_send(c0, c1)
         self.assertEqual([type(e) for e in outcomes], [muster.ChannelDiskFull] * 2)
+        self.assertEqual(seen, ["1", "E"], "the receiver stopped at the failed segment")
         self.assertEqual(os.listdir(os.path.join(self.dir, "job", "0")), [])
 
     def test_a_file_that_cannot_be_sized_fails_the_send_and_tells_the_receiver(self):

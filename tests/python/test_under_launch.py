@@ -108,9 +108,9 @@ class UnderLaunch(unittest.TestCase):
 
     def test_sender_killed_mid_write_is_a_clear_error_and_no_partial_file_is_read(self):
         # The store stands in for launch's (a TCPStore master here), so that the receiver
-        # outlives the sender and says what it saw. The sender is killed as soon as its file
-        # appears; the receiver starts then, finds the transfer begun (and streamed: 1 GiB on
-        # one node), follows the file and waits for the rest.
+        # outlives the sender and says what it saw. The receiver starts once the sender is
+        # dead, finds the transfer begun (streamed: 1 GiB on one node), follows the file and
+        # waits for the rest.
         master = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=120),
                                False)
         common = dict(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
@@ -124,17 +124,17 @@ class UnderLaunch(unittest.TestCase):
         probe = rank(0, "recv", MUSTER_TEST_TIMEOUT="600")
         sender = rank(1, "send", "1024")
         round_dir = os.path.join(self.dir, "k", "0")
-        killed, deadline = False, time.monotonic() + RUN
-        while not killed and time.monotonic() < deadline and sender.poll() is None:
-            names = os.listdir(round_dir) if os.path.isdir(round_dir) else []
-            if any(n.startswith(".p2p.") and n.endswith(".tmp") for n in names):
-                sender.send_signal(signal.SIGKILL)
-                killed = True
-            time.sleep(0.001)
+        # Killed once its first 64 MiB segment is announced: mid-stream, 1 GiB taking far
+        # longer to write than the kill takes to land.
+        master.wait(["/worker/attempt_0/muster/chan/part/p2p.1.0.0.0/0"],
+                    datetime.timedelta(seconds=RUN))
+        sender.send_signal(signal.SIGKILL)
         _, sender_err = sender.communicate(timeout=RUN)
         probe.kill()
         probe.communicate(timeout=RUN)
-        self.assertTrue(killed, "the sender never started writing: " + sender_err)
+        self.assertEqual(sender.returncode, -signal.SIGKILL, sender_err)
+        self.assertTrue(any(n.startswith(".p2p.1.0.0.0.") and n.endswith(".tmp")
+                            for n in os.listdir(round_dir)), "the sender was not mid-write")
         receiver = rank(0, "recv", MUSTER_TEST_TIMEOUT="5")  # the probe keys are there
         _, err = receiver.communicate(timeout=RUN)
         self.assertEqual(receiver.returncode, 1, err)
