@@ -50,17 +50,41 @@ void RendezvousState::noteIfIdle(const std::string& runId, Run& run) {
   run.idleNoted = true;
   run.idleSeq = ++retentionSeq_;
   retentions_.push_back({deadlineAfter(retention_.ttl), runId, run.idleSeq});
-  cv_.notify_all();
+  wakeTimerFor(retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.back().at);
+}
+
+void RendezvousState::wakeTimerFor(Deadline d) {
+  if (d < timerAt_) cv_.notify_all();
+}
+
+void RendezvousState::addPending(Run& run, Pending p) {
+  run.pendingByNode[p.node.node_id()] = p.id;
+  if (p.node.wanted_rank() >= 0) run.pendingByRank[p.node.wanted_rank()] = p.id;
+  uint64_t id = p.id;
+  run.pending.emplace(id, std::move(p));
+}
+
+RendezvousState::Pending RendezvousState::takePending(Run& run, uint64_t joinId) {
+  auto it = run.pending.find(joinId);
+  Pending p = std::move(it->second);
+  run.pending.erase(it);
+  if (auto n = run.pendingByNode.find(p.node.node_id()); n != run.pendingByNode.end() && n->second == joinId) {
+    run.pendingByNode.erase(n);
+  }
+  if (auto r = run.pendingByRank.find(p.node.wanted_rank()); r != run.pendingByRank.end() && r->second == joinId) {
+    run.pendingByRank.erase(r);
+  }
+  return p;
 }
 
 void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
   for (const auto& [watcherId, w] : it->second.watchers) watcherRuns_.erase(watcherId);
-  for (const auto& p : it->second.pending) joinRuns_.erase(p.id);
+  for (const auto& [id, p] : it->second.pending) joinRuns_.erase(id);
   uint64_t seq = ++retentionSeq_;
   finished_[it->first] = {Clock::now(), seq};
   retentions_.push_back({deadlineAfter(retention_.ttl), it->first, seq});
   runs_.erase(it);
-  cv_.notify_all();
+  wakeTimerFor(retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.back().at);
 }
 
 RendezvousState::Stats RendezvousState::stats() const {
@@ -100,9 +124,8 @@ void RendezvousState::forgetDue(Actions& actions) {
   }
 }
 
-void RendezvousState::failPending(Run& run, size_t index, absl::Status status, Actions& actions) {
-  Pending p = std::move(run.pending[index]);
-  run.pending.erase(run.pending.begin() + static_cast<long>(index));
+void RendezvousState::failPending(Run& run, uint64_t joinId, absl::Status status, Actions& actions) {
+  Pending p = takePending(run, joinId);
   joinRuns_.erase(p.id);
   actions.push_back([done = std::move(p.done), status] { done(status); });
 }
@@ -148,45 +171,40 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
             "node {} asks for node rank {} but the run has {} nodes", who(node), node.wanted_rank(), run.maxNodes)));
       } else {
         // The same agent joining again (a retried call): the old join gives way.
-        for (size_t i = 0; i < run.pending.size(); ++i) {
-          if (run.pending[i].node.node_id() == node.node_id()) {
-            failPending(run, i, absl::CancelledError("superseded by a newer join of the same node"), actions);
-            break;
-          }
+        if (auto same = run.pendingByNode.find(node.node_id()); same != run.pendingByNode.end()) {
+          failPending(run, same->second, absl::CancelledError("superseded by a newer join of the same node"), actions);
         }
         bool duplicate = false;
         if (node.wanted_rank() >= 0 && run.running) {
-          for (const auto& [memberId, m] : run.members) {
-            if (m.node.wanted_rank() == node.wanted_rank() && memberId != node.node_id()) {
-              reject(absl::AlreadyExistsError(fmt::format(
-                  "node rank {} is claimed by two nodes: {} (running) and {}; give each node its own --node_rank",
-                  node.wanted_rank(), who(m.node), who(node))));
-              duplicate = true;
-              break;
-            }
+          auto m = run.memberByRank.find(node.wanted_rank());
+          if (m != run.memberByRank.end() && m->second != node.node_id()) {
+            reject(absl::AlreadyExistsError(fmt::format(
+                "node rank {} is claimed by two nodes: {} (running) and {}; give each node its own --node_rank",
+                node.wanted_rank(), who(run.members.at(m->second).node), who(node))));
+            duplicate = true;
           }
         }
         if (!duplicate && node.wanted_rank() >= 0) {
-          for (size_t i = 0; i < run.pending.size(); ++i) {
-            if (run.pending[i].node.wanted_rank() == node.wanted_rank()) {
-              auto s = absl::AlreadyExistsError(fmt::format(
-                  "node rank {} is claimed by two nodes: {} and {}; give each node its own --node_rank",
-                  node.wanted_rank(), who(run.pending[i].node), who(node)));
-              failPending(run, i, s, actions);
-              reject(s);
-              duplicate = true;
-              break;
-            }
+          if (auto other = run.pendingByRank.find(node.wanted_rank()); other != run.pendingByRank.end()) {
+            auto s = absl::AlreadyExistsError(fmt::format(
+                "node rank {} is claimed by two nodes: {} and {}; give each node its own --node_rank",
+                node.wanted_rank(), who(run.pending.at(other->second).node), who(node)));
+            failPending(run, other->second, s, actions);
+            reject(s);
+            duplicate = true;
           }
         }
         if (!duplicate) {
           Deadline deadline = deadlineAfter(Millis(static_cast<int64_t>(req.join_timeout_ms())));
-          run.pending.push_back({id, node, std::move(done), deadline});
+          addPending(run, {id, node, std::move(done), deadline});
           joinRuns_[id] = req.run_id();
           run.idleNoted = false;
-          logger()->debug("run '{}' round {}: {} waits for the round ({} waiting, {} to {} nodes)",
-                          req.run_id(), run.round, who(node), run.pending.size(), req.min_nodes(),
-                          req.max_nodes());
+          wakeTimerFor(deadline);
+          if (logger()->should_log(spdlog::level::debug)) {
+            logger()->debug("run '{}' round {}: {} waits for the round ({} waiting, {} to {} nodes)",
+                            req.run_id(), run.round, who(node), run.pending.size(), req.min_nodes(),
+                            req.max_nodes());
+          }
           if (run.running) {
             // A node arrives while a round runs: it waits; below MAX the round ends to take it in.
             if (static_cast<int>(run.members.size()) < run.maxNodes) {
@@ -201,12 +219,12 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
             closeRound(req.run_id(), run, actions);
           } else if (static_cast<int>(run.pending.size()) >= run.minNodes && run.lastCall == kNoDeadline) {
             run.lastCall = deadlineAfter(Millis(static_cast<int64_t>(run.lastCallMs)));
+            wakeTimerFor(run.lastCall);
           }
         }
       }
     }
   }
-  cv_.notify_all();
   for (auto& a : actions) a();
   return id;
 }
@@ -221,12 +239,7 @@ void RendezvousState::cancelJoin(uint64_t id) {
     return;
   }
   Run& run = found->second;
-  for (size_t i = 0; i < run.pending.size(); ++i) {
-    if (run.pending[i].id == id) {
-      run.pending.erase(run.pending.begin() + static_cast<long>(i));
-      break;
-    }
-  }
+  if (run.pending.count(id)) takePending(run, id);
   if (static_cast<int>(run.pending.size()) < run.minNodes) run.lastCall = kNoDeadline;
   std::string runId = it->second;
   joinRuns_.erase(it);
@@ -234,8 +247,12 @@ void RendezvousState::cancelJoin(uint64_t id) {
 }
 
 void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& actions) {
-  std::vector<Pending> joined = std::move(run.pending);
+  std::vector<Pending> joined;
+  joined.reserve(run.pending.size());
+  for (auto& [id, p] : run.pending) joined.push_back(std::move(p));  // in the order they came
   run.pending.clear();
+  run.pendingByNode.clear();
+  run.pendingByRank.clear();
   run.lastCall = kNoDeadline;
   bool byWantedRank = true;
   for (const auto& p : joined) byWantedRank = byWantedRank && p.node.wanted_rank() >= 0;
@@ -252,21 +269,30 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
   base.set_master_addr(joined.front().node.host());
   base.set_master_port(joined.front().node.master_port());
   run.members.clear();
+  run.memberByRank.clear();
+  run.membersDone = 0;
   run.running = true;
   Deadline expiry = deadlineAfter(Millis(static_cast<int64_t>(run.keepAliveMs)));
   int offset = 0;
+  // The layout in the log: the first nodes, then a count (a line per round, not a megabyte).
+  constexpr size_t kLayoutShown = 16;
   std::string layout;
   for (size_t r = 0; r < joined.size(); ++r) {
     pb::Assignment a = base;
     a.set_group_rank(static_cast<int>(r));
     a.set_rank_offset(offset);
     offset += joined[r].node.local_world_size();
+    if (joined[r].node.wanted_rank() >= 0) run.memberByRank[joined[r].node.wanted_rank()] = joined[r].node.node_id();
     run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false};
     joinRuns_.erase(joined[r].id);
-    layout += fmt::format("{}{}={}x{}", r ? ", " : "", r, joined[r].node.host(), joined[r].node.local_world_size());
-    actions.push_back([done = std::move(joined[r].done), a] { done(a); });
+    if (r < kLayoutShown) {
+      layout += fmt::format("{}{}={}x{}", r ? ", " : "", r, joined[r].node.host(), joined[r].node.local_world_size());
+    }
+    actions.push_back([done = std::move(joined[r].done), a = std::move(a)]() mutable { done(std::move(a)); });
   }
+  if (joined.size() > kLayoutShown) layout += fmt::format(", and {} more", joined.size() - kLayoutShown);
   ++counts_.roundsStarted;
+  wakeTimerFor(expiry);
   logger()->info("run '{}' round {}: {} node(s), world size {} [{}]", runId, run.round, joined.size(), world, layout);
 }
 
@@ -285,16 +311,20 @@ void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& a
   }
   run.running = false;
   run.members.clear();
+  run.memberByRank.clear();
+  run.membersDone = 0;
   if (e.kind() == pb::RoundEvent::JOB_SUCCEEDED) {
     run.finished = true;
-    for (size_t i = run.pending.size(); i-- > 0;) {
-      failPending(run, i, absl::FailedPreconditionError("the job finished before this node could join"), actions);
+    while (!run.pending.empty()) {
+      failPending(run, run.pending.rbegin()->first,
+                  absl::FailedPreconditionError("the job finished before this node could join"), actions);
     }
   } else {
     ++run.round;
     // Nodes that waited while the round ran now form the next one with the survivors.
     if (static_cast<int>(run.pending.size()) >= run.minNodes && run.lastCall == kNoDeadline) {
       run.lastCall = deadlineAfter(Millis(static_cast<int64_t>(run.lastCallMs)));
+      wakeTimerFor(run.lastCall);
     }
   }
 }
@@ -326,7 +356,7 @@ void RendezvousState::requestStacks(const std::string& runId, Millis timeout, St
       run.stacksRequest = id;
       logger()->info("run '{}' round {}: stack roll-call {} asked of {} node(s)", runId, run.round, id,
                      run.members.size());
-      cv_.notify_all();
+      wakeTimerFor(stacksCalls_[id].deadline);
       return;
     }
   }
@@ -412,7 +442,6 @@ void RendezvousState::unwatch(uint64_t id, bool clientGone) {
     }
     noteIfIdle(runId, run);
   }
-  cv_.notify_all();
   for (auto& a : actions) a();
 }
 
@@ -426,10 +455,9 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
     auto m = run.members.find(req.node_id());
     if (!run.running || run.round != req.round() || m == run.members.end()) return absl::OkStatus();
     if (req.outcome() == pb::ReportRequest::SUCCEEDED) {
+      if (!m->second.done) ++run.membersDone;
       m->second.done = true;
-      bool all = true;
-      for (const auto& [id, member] : run.members) all = all && member.done;
-      if (all) {
+      if (run.membersDone == run.members.size()) {
         pb::RoundEvent e;
         e.set_kind(pb::RoundEvent::JOB_SUCCEEDED);
         e.set_message("every node's workers succeeded");
@@ -450,7 +478,6 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
       noteIfIdle(req.run_id(), run);
     }
   }
-  cv_.notify_all();
   for (auto& a : actions) a();
   return absl::OkStatus();
 }
@@ -462,8 +489,9 @@ void RendezvousState::shutdown() {
     if (shutdown_) return;
     shutdown_ = true;
     for (auto& [id, run] : runs_) {
-      for (size_t i = run.pending.size(); i-- > 0;) {
-        failPending(run, i, absl::UnavailableError("the rendezvous is shutting down"), actions);
+      while (!run.pending.empty()) {
+        failPending(run, run.pending.rbegin()->first, absl::UnavailableError("the rendezvous is shutting down"),
+                    actions);
       }
     }
     while (!stacksCalls_.empty()) endStacks(stacksCalls_.begin(), actions);
@@ -480,7 +508,7 @@ Deadline RendezvousState::nextDeadline() const {
   }
   for (const auto& [id, run] : runs_) {
     next = std::min(next, run.lastCall);
-    for (const auto& p : run.pending) next = std::min(next, p.deadline);
+    for (const auto& [id, p] : run.pending) next = std::min(next, p.deadline);
     if (run.running) {
       for (const auto& [nid, m] : run.members) {
         if (!m.done) next = std::min(next, m.expiry);
@@ -495,11 +523,15 @@ void RendezvousState::timerLoop() {
   while (!shutdown_) {
     Deadline next = nextDeadline();
     if (next == kNoDeadline) {
+      timerAt_ = kNoDeadline;
       cv_.wait(lock);
+      timerAt_ = Deadline::min();
       continue;
     }
     if (Clock::now() < next) {
+      timerAt_ = next;
       cv_.wait_until(lock, next);
+      timerAt_ = Deadline::min();
       continue;
     }
     Actions actions;
@@ -515,13 +547,25 @@ void RendezvousState::timerLoop() {
         run.lastCall = kNoDeadline;
         if (!run.running && static_cast<int>(run.pending.size()) >= run.minNodes) closeRound(runId, run, actions);
       }
-      for (size_t i = run.pending.size(); i-- > 0;) {
-        if (run.pending[i].deadline > now) continue;
+      std::vector<uint64_t> late;
+      for (const auto& [id, p] : run.pending) {
+        if (p.deadline <= now) late.push_back(id);
+      }
+      if (!late.empty()) {
+        // Who was there, once for all the late joins (the first hosts, then a count).
+        constexpr size_t kShown = 16;
         std::string present;
-        for (const auto& p : run.pending) present += (present.empty() ? "" : ", ") + p.node.host();
-        failPending(run, i, absl::DeadlineExceededError(fmt::format(
-            "timed out after {:.1f} s waiting for nodes: {}/{} joined ({})", run.joinTimeoutMs / 1000.0,
-            run.pending.size(), run.minNodes, present)), actions);
+        size_t shown = 0;
+        for (const auto& [id, p] : run.pending) {
+          if (shown++ < kShown) present += (present.empty() ? "" : ", ") + p.node.host();
+        }
+        if (run.pending.size() > kShown) present += fmt::format(", and {} more", run.pending.size() - kShown);
+        size_t joined = run.pending.size();
+        for (uint64_t id : late) {
+          failPending(run, id, absl::DeadlineExceededError(fmt::format(
+              "timed out after {:.1f} s waiting for nodes: {}/{} joined ({})", run.joinTimeoutMs / 1000.0,
+              joined, run.minNodes, present)), actions);
+        }
       }
       if (run.running) {
         for (const auto& [nodeId, m] : run.members) {

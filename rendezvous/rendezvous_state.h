@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -115,8 +116,15 @@ class RendezvousState {
     uint64_t round = 0;
     bool running = false;
     bool finished = false;
-    std::vector<Pending> pending;
+    // Joins waiting for the next round, by join id (the order they came in), and indexed by
+    // node id and by wanted node rank: a join finds its duplicates in O(1), not by a scan of
+    // tens of thousands.
+    std::map<uint64_t, Pending> pending;
+    std::unordered_map<std::string, uint64_t> pendingByNode;
+    std::unordered_map<int, uint64_t> pendingByRank;
     std::map<std::string, Member> members;
+    std::unordered_map<int, std::string> memberByRank;  // wanted node rank -> node id
+    size_t membersDone = 0;
     Deadline lastCall = kNoDeadline;
     std::map<uint64_t, Watcher> watchers;
     uint64_t stacksRequest = 0;  // the roll-call its nodes are asked for, 0 for none
@@ -146,7 +154,12 @@ class RendezvousState {
 
   void closeRound(const std::string& runId, Run& run, Actions& actions);
   void endRound(Run& run, const pb::RoundEvent& event, Actions& actions);
-  void failPending(Run& run, size_t index, absl::Status status, Actions& actions);
+  void failPending(Run& run, uint64_t joinId, absl::Status status, Actions& actions);
+  void addPending(Run& run, Pending p);
+  Pending takePending(Run& run, uint64_t joinId);
+  // Wakes the timer thread if `d` comes before what it sleeps until (under mu_). Waking it
+  // for nothing costs a scan of every run: per join, that made a round of N joins O(N^2).
+  void wakeTimerFor(Deadline d);
   void timerLoop();
   std::map<uint64_t, StacksCall> stacksCalls_;
   uint64_t nextStacks_ = 1;
@@ -170,6 +183,9 @@ class RendezvousState {
   std::map<uint64_t, std::string> watcherRuns_;  // watcher id -> run
   uint64_t nextId_ = 1;
   bool shutdown_ = false;
+  // What the timer thread sleeps until; the earliest time point while it is awake (it looks
+  // at everything again before it sleeps).
+  Deadline timerAt_ = Deadline::min();
   Stats counts_;  // the counters of stats(); the gauges are computed
   std::function<void(const std::string&)> onForget_;
   std::thread timer_;
