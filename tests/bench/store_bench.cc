@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +84,23 @@ struct TcpStoreOps : Ops {
   std::unique_ptr<c10d::TCPStore> store;
 };
 
+// A client of `backend` ("muster": the gRPC store; else LibTorch's TCPStore client).
+std::unique_ptr<Ops> connectOps(const std::string& backend, const std::string& addr) {
+  if (backend == "muster") return std::make_unique<MusterOps>(addr);
+  auto colon = addr.rfind(':');
+  return std::make_unique<TcpStoreOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
+}
+
+// c10d's own TCPStore server on a free loopback port.
+std::unique_ptr<c10d::TCPStore> tcpStoreServer(std::chrono::seconds timeout) {
+  c10d::TCPStoreOptions opts;
+  opts.port = 0;
+  opts.isServer = true;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  return std::make_unique<c10d::TCPStore>("127.0.0.1", opts);
+}
+
 double cpuSeconds(int who) {
   rusage usage{};
   getrusage(who, &usage);
@@ -92,13 +110,7 @@ double cpuSeconds(int who) {
 
 int runChild(const std::string& backend, const std::string& addr, int id, int clients,
              double seconds, int valueBytes, const std::string& out) {
-  std::unique_ptr<Ops> ops;
-  if (backend == "muster") {
-    ops = std::make_unique<MusterOps>(addr);
-  } else {
-    auto colon = addr.rfind(':');
-    ops = std::make_unique<TcpStoreOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
-  }
+  std::unique_ptr<Ops> ops = connectOps(backend, addr);
   if (ops->add("ready", 1) == clients) ops->set("go", "1");
   ops->waitFor("go");
   std::string key = "key" + std::to_string(id);
@@ -189,6 +201,129 @@ Result runOnce(const std::string& self, const std::string& backend, const std::s
   return r;
 }
 
+// Job start-up as init_process_group does it, for `count` simulated ranks from `first` of a
+// world of `world`, each a thread with its own client: connect, set its address, read rank
+// 0's, then the store-based barrier (an add; the last one sets the key every rank waits for).
+// Writes each rank's start and end (ns since the epoch).
+int runStartupChild(const std::string& backend, const std::string& addr, int first, int count,
+                    int world, const std::string& out) {
+  std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
+  std::atomic<int> failed{0};
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    threads.emplace_back([&, i] {
+      int rank = first + i;
+      times[static_cast<size_t>(i)].first = now();
+      try {
+        std::unique_ptr<Ops> ops = connectOps(backend, addr);
+        ops->set("addr/" + std::to_string(rank), "10.0.0.1:29500");
+        if (ops->get("addr/0").empty()) throw std::runtime_error("rank 0's address is empty");
+        if (ops->add("arrived", 1) == world) ops->set("go", "1");
+        ops->waitFor("go");
+        times[static_cast<size_t>(i)].second = now();
+      } catch (const std::exception& e) {
+        if (failed++ == 0) std::fprintf(stderr, "store_bench rank %d: %s\n", rank, e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (failed > 0) return 1;
+  std::ofstream file(out);
+  for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
+  return file ? 0 : 4;
+}
+
+// Raises this process's descriptor limit to the most root may have: a 1.13 TCPStore client
+// holds two connections, so 16,384 ranks are 32,768 sockets at the server.
+void raiseDescriptorLimit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  rlimit want{1 << 17, 1 << 17};
+  if (setrlimit(RLIMIT_NOFILE, &want) != 0) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+// Seconds from the first rank's start to the last rank past the barrier, or -1.
+double runStartup(const std::string& self, const std::string& backend, const std::string& addr,
+                  int world, int procs, const fs::path& dir) {
+  std::vector<pid_t> pids;
+  std::vector<fs::path> outs;
+  for (int p = 0; p < procs; ++p) {
+    int first = world * p / procs, count = world * (p + 1) / procs - first;
+    outs.push_back(dir / fmt::format("startup-{}-{}", backend, p));
+    std::vector<std::string> args{self, "--startup-child", "--backend", backend, "--addr", addr,
+                                  "--id", std::to_string(first), "--clients", std::to_string(count),
+                                  "--world", std::to_string(world), "--out", outs.back().string()};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (!ok) return -1;
+  int64_t first = INT64_MAX, last = 0;
+  for (const auto& out : outs) {
+    std::ifstream in(out);
+    for (int64_t a, b; in >> a >> b;) {
+      first = std::min(first, a);
+      last = std::max(last, b);
+    }
+  }
+  return last > first ? static_cast<double>(last - first) / 1e9 : -1;
+}
+
+int startupBench(const std::string& self, const std::vector<int>& worlds, int procs,
+                 const fs::path& dir) {
+  raiseDescriptorLimit();
+  std::printf("job start-up through the store: N simulated ranks (threads in %d processes), each "
+              "with its own client: connect, set, get rank 0's, add, wait\n", procs);
+  std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore\n");
+  for (int world : worlds) {
+    double tcp = -1, front = -1, grpc = -1;
+    {
+      auto server = tcpStoreServer(std::chrono::seconds(600));
+      tcp = runStartup(self, "tcpstore", fmt::format("127.0.0.1:{}", server->getPort()), world, procs, dir);
+    }
+    {
+      std::string why;
+      int fd = muster::net::listenTcp("127.0.0.1", 0, why);
+      auto memory = std::make_shared<muster::rendezvous::MemoryStore>();
+      auto server = muster::rendezvous::TcpStoreFront::start(
+          memory, fd, {.runId = "bench", .maxConnections = size_t{1} << 17});
+      if (!server.ok()) return 1;
+      front = runStartup(self, "tcpstore", fmt::format("127.0.0.1:{}", (*server)->port()), world, procs, dir);
+    }
+    {
+      muster::rendezvous::ServerOptions opts;
+      opts.host = "127.0.0.1";
+      opts.port = 0;
+      auto server = muster::rendezvous::RendezvousServer::start(opts);
+      if (!server.ok()) return 1;
+      grpc = runStartup(self, "muster", (*server)->address(), world, procs, dir);
+    }
+    auto ratio = [&](double x) { return x > 0 && tcp > 0 ? tcp / x : -1; };
+    std::printf("csv: %d,%.3f,%.3f,%.3f,%.2f,%.2f\n", world, tcp, front, grpc, ratio(front), ratio(grpc));
+    std::printf("%8d ranks: TCPStore %.3f s, launch's front %.3f s (%.1fx), gRPC store %.3f s "
+                "(%.1fx)\n", world, tcp, front, ratio(front), grpc, ratio(grpc));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,13 +347,29 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "runs per store, taking turns; the median is shown")
       ->capture_default_str();
   app.add_flag("--front-only", frontOnly, "run launch's front alone (for profiling)");
+  std::vector<int> startupRanks;
+  int startupProcs = 4, world = 0;
+  bool startupChild = false;
+  app.add_option("--startup", startupRanks,
+                 "job start-up instead: simulated rank counts (e.g. 1024,4096,16384)")
+      ->delimiter(',');
+  app.add_option("--startup-procs", startupProcs, "client processes for --startup")
+      ->capture_default_str();
+  app.add_flag("--startup-child", startupChild)->group("");
+  app.add_option("--world", world)->group("");
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
   if (child) return runChild(backend, addr, id, clients, seconds, valueBytes, out);
+  if (startupChild) return runStartupChild(backend, addr, id, clients, world, out);
 
   std::string self = fs::read_symlink("/proc/self/exe").string();
   fs::path dir = fs::temp_directory_path() / fmt::format("muster-bench-{}", getpid());
   fs::create_directories(dir);
+  if (!startupRanks.empty()) {
+    int rc = startupBench(self, startupRanks, startupProcs, dir);
+    fs::remove_all(dir);
+    return rc;
+  }
   std::printf("store benchmark: %d-byte set+get per client process, %.1f s per run, median of "
               "%d turns, %u cores\n",
               valueBytes, seconds, repeat, std::thread::hardware_concurrency());
@@ -236,13 +387,8 @@ int main(int argc, char** argv) {
     std::vector<Result> tcps, fronts, grpcs;
     for (int round = 0; round < repeat; ++round) {
       if (!frontOnly) {
-        c10d::TCPStoreOptions opts;
-        opts.port = 0;
-        opts.isServer = true;
-        opts.waitWorkers = false;
-        opts.timeout = std::chrono::seconds(120);
-        c10d::TCPStore server("127.0.0.1", opts);
-        tcps.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", server.getPort()), n,
+        auto server = tcpStoreServer(std::chrono::seconds(120));
+        tcps.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", server->getPort()), n,
                                seconds, valueBytes, dir));
       }
       {
