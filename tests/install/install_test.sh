@@ -46,10 +46,12 @@ site=$(cd "$work/prefix" && ls -d lib/python3*/*-packages 2>/dev/null | head -1)
   || { echo "install_test: the muster Python package was not installed" >&2; exit 1; }
 if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
   cat >"$work/bcast.py" <<'PY'
-import muster, torch
+import sys, muster, torch
 c = muster.Channel()
 t = c.broadcast(torch.arange(4) * 7 if c.rank == 0 else None, 0)
-print(f"python rank {c.rank}: {t.tolist()} from {muster.__file__.split('/muster/')[0]}")
+# One write per line (print writes the newline apart under PYTHONUNBUFFERED, and the two
+# ranks' output may then interleave).
+sys.stdout.write(f"python rank {c.rank}: {t.tolist()} from {muster.__file__.split('/muster/')[0]}\n")
 PY
   check_python() {  # check_python PYTHON SITE_DIR_EXPECTED
     out=$(PYTHON_EXEC=$1 "$work/prefix/bin/launch" --nproc_per_node=2 --master_port=0 \
