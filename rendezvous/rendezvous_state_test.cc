@@ -157,15 +157,19 @@ TEST(Joins, JoinsThatTimeOutNameWhoWasThereBriefly) {
   std::vector<std::unique_ptr<Joining>> joins;
   for (int i = 0; i < 20; ++i) {
     auto r = joinRequest("late", "n" + std::to_string(i), 30);
-    r.set_join_timeout_ms(300);
+    r.set_join_timeout_ms(2000);
     joins.push_back(startJoin(state, r));
   }
-  for (auto& j : joins) {
-    auto r = j->get();
+  for (size_t i = 0; i < joins.size(); ++i) {
+    auto r = joins[i]->get();
     ASSERT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
-    EXPECT_NE(r.status().message().find("timed out after 0.3 s waiting for nodes: 20/30 joined (host-n0, "),
-              std::string::npos) << r.status();
-    EXPECT_NE(r.status().message().find("host-n15, and 4 more)"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find("timed out after 2.0 s waiting for nodes: "), std::string::npos)
+        << r.status();
+    // The first to time out saw all 20 (the others may go in a later sweep, with fewer there).
+    if (i == 0) {
+      EXPECT_NE(r.status().message().find("20/30 joined (host-n0, host-n1, "), std::string::npos) << r.status();
+      EXPECT_NE(r.status().message().find("host-n15, and 4 more)"), std::string::npos) << r.status();
+    }
   }
   EXPECT_EQ(state.pendingJoins(), 0u);
 }
