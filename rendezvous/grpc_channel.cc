@@ -18,7 +18,8 @@ std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
     if (!options.tlsServerName.empty()) args.SetSslTargetNameOverride(options.tlsServerName);
   }
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options.minBackoff.count()));
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.minBackoff.count()));
+  // Despite its name, gRPC takes this as the least time a connection attempt is given.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options.connectTimeout.count()));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options.maxBackoff.count()));
   if (options.keepAlive.count() > 0) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(options.keepAlive.count()));

@@ -18,6 +18,10 @@ struct ChannelOptions {
   // Reconnect back-off: from `minBackoff` up to `maxBackoff` (gRPC's default starts at 1 s).
   Millis minBackoff{50};
   Millis maxBackoff{2000};
+  // How long one connection attempt may take (TCP, TLS, HTTP/2 settings) before it is given
+  // up and retried. gRPC's default; at 100 ms, a server busy accepting thousands of clients
+  // (job start-up) had its attempts dropped and retried over and over.
+  Millis connectTimeout{20000};
   // Pings an idle connection this often to notice a dead peer; 0: gRPC's default (none).
   Millis keepAlive{0};
   // A channel of its own (its own TCP connection), not one shared with other channels to the
