@@ -17,6 +17,21 @@ std::string who(const pb::NodeInfo& n) { return fmt::format("{} ({})", n.host(),
 
 std::string nnodes(int lo, int hi) { return lo == hi ? std::to_string(lo) : fmt::format("{}:{}", lo, hi); }
 
+// "a, b, c, and 13 more": the first items of a list for a log line or an error, each as
+// `show(item, position)` writes it, then a count (a line, not a megabyte, at 65,536 nodes).
+template <typename Range, typename Show>
+std::string briefly(const Range& items, Show show) {
+  constexpr size_t kShown = 16;
+  std::string out;
+  size_t n = 0;
+  for (const auto& item : items) {
+    if (n < kShown) out += (n ? ", " : "") + show(item, n);
+    ++n;
+  }
+  if (n > kShown) out += fmt::format(", and {} more", n - kShown);
+  return out;
+}
+
 }  // namespace
 
 RendezvousState::RendezvousState(RunRetention retention) : retention_(retention) {
@@ -49,7 +64,11 @@ void RendezvousState::noteIfIdle(const std::string& runId, Run& run) {
   if (!idle(run) || run.idleNoted) return;
   run.idleNoted = true;
   run.idleSeq = ++retentionSeq_;
-  retentions_.push_back({deadlineAfter(retention_.ttl), runId, run.idleSeq});
+  remember(runId, run.idleSeq);
+}
+
+void RendezvousState::remember(const std::string& runId, uint64_t seq) {
+  retentions_.push_back({deadlineAfter(retention_.ttl), runId, seq});
   wakeTimerFor(retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.back().at);
 }
 
@@ -82,9 +101,8 @@ void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
   for (const auto& [id, p] : it->second.pending) joinRuns_.erase(id);
   uint64_t seq = ++retentionSeq_;
   finished_[it->first] = {Clock::now(), seq};
-  retentions_.push_back({deadlineAfter(retention_.ttl), it->first, seq});
+  remember(it->first, seq);
   runs_.erase(it);
-  wakeTimerFor(retentions_.size() > retention_.maxRuns ? Clock::now() : retentions_.back().at);
 }
 
 RendezvousState::Stats RendezvousState::stats() const {
@@ -274,9 +292,6 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
   run.running = true;
   Deadline expiry = deadlineAfter(Millis(static_cast<int64_t>(run.keepAliveMs)));
   int offset = 0;
-  // The layout in the log: the first nodes, then a count (a line per round, not a megabyte).
-  constexpr size_t kLayoutShown = 16;
-  std::string layout;
   for (size_t r = 0; r < joined.size(); ++r) {
     pb::Assignment a = base;
     a.set_group_rank(static_cast<int>(r));
@@ -285,14 +300,13 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
     if (joined[r].node.wanted_rank() >= 0) run.memberByRank[joined[r].node.wanted_rank()] = joined[r].node.node_id();
     run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false};
     joinRuns_.erase(joined[r].id);
-    if (r < kLayoutShown) {
-      layout += fmt::format("{}{}={}x{}", r ? ", " : "", r, joined[r].node.host(), joined[r].node.local_world_size());
-    }
     actions.push_back([done = std::move(joined[r].done), a = std::move(a)]() mutable { done(std::move(a)); });
   }
-  if (joined.size() > kLayoutShown) layout += fmt::format(", and {} more", joined.size() - kLayoutShown);
   ++counts_.roundsStarted;
   wakeTimerFor(expiry);
+  std::string layout = briefly(joined, [](const Pending& p, size_t r) {
+    return fmt::format("{}={}x{}", r, p.node.host(), p.node.local_world_size());
+  });
   logger()->info("run '{}' round {}: {} node(s), world size {} [{}]", runId, run.round, joined.size(), world, layout);
 }
 
@@ -552,14 +566,8 @@ void RendezvousState::timerLoop() {
         if (p.deadline <= now) late.push_back(id);
       }
       if (!late.empty()) {
-        // Who was there, once for all the late joins (the first hosts, then a count).
-        constexpr size_t kShown = 16;
-        std::string present;
-        size_t shown = 0;
-        for (const auto& [id, p] : run.pending) {
-          if (shown++ < kShown) present += (present.empty() ? "" : ", ") + p.node.host();
-        }
-        if (run.pending.size() > kShown) present += fmt::format(", and {} more", run.pending.size() - kShown);
+        // Who was there, once for all the late joins.
+        std::string present = briefly(run.pending, [](const auto& entry, size_t) { return entry.second.node.host(); });
         size_t joined = run.pending.size();
         for (uint64_t id : late) {
           failPending(run, id, absl::DeadlineExceededError(fmt::format(

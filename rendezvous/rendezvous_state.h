@@ -167,6 +167,8 @@ class RendezvousState {
   static bool idle(const Run& run);
   // An idle run is forgotten after the retention time unless it is used again.
   void noteIfIdle(const std::string& runId, Run& run);
+  // Writes the retention entry that forgets `runId` (as it was at `seq`) after the ttl.
+  void remember(const std::string& runId, uint64_t seq);
   // Moves a run whose job succeeded out of runs_ (the caller holds no reference into it).
   void retire(std::map<std::string, Run>::iterator it);
   // Forgets what is due (or beyond the cap). Not while iterating runs_.

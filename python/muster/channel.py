@@ -121,15 +121,15 @@ class _Streamed:
 class _Received:
     """A checked file, mapped privately: writing to it copies the page, never the file."""
 
-    __slots__ = ("mapping", "offset", "nbytes", "kind", "dtype", "shape")
+    __slots__ = ("mapping", "offset", "nbytes", "kind", "dtype", "shape", "numel")
 
     def tensor(self):
         if self.nbytes == 0:
             self.mapping.close()
             return torch.empty(self.shape, dtype=self.dtype)
-        numel = self.nbytes // torch.empty((), dtype=self.dtype).element_size()
         # The tensor holds the mapping: it stays valid after the file is gone.
-        flat = torch.frombuffer(self.mapping, dtype=self.dtype, count=numel, offset=self.offset)
+        flat = torch.frombuffer(self.mapping, dtype=self.dtype, count=self.numel,
+                                offset=self.offset)
         return flat.view(self.shape)
 
     def data(self):
@@ -490,9 +490,10 @@ class Channel:
                     seg % 4096:
                 raise malformed("start", early)
             segments, streamed_bytes = (nbytes + seg - 1) // seg, nbytes
-            streamed = self._follow(name, tmp, head, nbytes, seg, expected, src)
+            streamed = self._follow(name, tmp, head, nbytes, seg, segments, expected, src)
         elif early != "-":
             raise malformed("start", early)
+        got = None
         try:
             announcement = self._wait_get(_ann_key(name), expected, src)
             f = announcement.split("|", 4)
@@ -516,9 +517,9 @@ class Channel:
                 return ChannelDataLoss(f"{path} from rank {src}: {why}", path, src)
 
             got = self._check(path, transfer_id, nbytes, digest, bad, streamed)
-            streamed = None  # its mapping is the tensor's now, or was closed
         finally:
-            if streamed is not None:
+            # The followed mapping is the received one's, or is of no further use.
+            if streamed is not None and (got is None or got.mapping is not streamed.mapping):
                 streamed.mapping.close()
         # The last receiver deletes the file; the mapping keeps the data. Across nodes the
         # file is left to the round's clean-up (launch removes the round's directory): another
@@ -543,7 +544,7 @@ class Channel:
                 pass
         return got
 
-    def _follow(self, name, tmp, head, nbytes, seg, expected, src):
+    def _follow(self, name, tmp, head, nbytes, seg, segments, expected, src):
         """Checksums a streamed file's segments as the sender announces them. None when the
         file is gone already (renamed: the whole file is checked instead) or the sender
         failed (its announcement says why)."""
@@ -562,7 +563,7 @@ class Channel:
             os.close(fd)
         h = checksum.hasher()
         try:
-            for k in range((nbytes + seg - 1) // seg):
+            for k in range(segments):
                 if self._wait_get(_part_key(name, k), expected, src) != "1":
                     mapping.close()
                     return None
@@ -595,8 +596,6 @@ class Channel:
                 # The file this rank followed as it was written: its payload is checksummed.
                 mapping, pre = streamed.mapping, streamed
             else:
-                if streamed is not None:
-                    streamed.mapping.close()
                 # A private, writable mapping: the received tensor is an ordinary tensor that
                 # in-place ops may change (copy on write, page by page); the file and the
                 # other receivers never see it.
@@ -610,7 +609,8 @@ class Channel:
         try:
             return self._check_mapped(mapping, size, transfer_id, nbytes, digest, bad, pre)
         except BaseException:
-            mapping.close()
+            if pre is None:  # a followed mapping is the caller's to close
+                mapping.close()
             raise
 
     @staticmethod
@@ -645,19 +645,19 @@ class Channel:
         r = _Received()
         r.mapping, r.offset, r.nbytes, r.kind = mapping, h.header_bytes, nbytes, h.kind
         r.shape = h.shape(mapping)
-        elements = 1
+        r.numel = 1
         for d in r.shape:
             if d < 0:
                 raise bad(f"its shape has a negative dimension ({d})")
-            elements *= d
-        if elements >= 1 << 63:
+            r.numel *= d
+        if r.numel >= 1 << 63:
             raise bad("its shape's element count overflows")
         r.dtype = torch.uint8
         if h.kind == fileformat.KIND_TENSOR:
             r.dtype = fileformat.DTYPE_OF_CODE.get(h.dtype_code)
             if r.dtype is None:
                 raise bad(f"unknown dtype code {h.dtype_code}")
-            if elements * torch.empty((), dtype=r.dtype).element_size() != nbytes:
+            if r.numel * torch.empty((), dtype=r.dtype).element_size() != nbytes:
                 raise bad("its shape and dtype do not add up to its length")
         return r
 
