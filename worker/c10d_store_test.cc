@@ -143,7 +143,14 @@ TYPED_TEST(C10dConformance, WaitReturnsWhenKeysArriveAndThrowsOnTimeout) {
     other->set("w1", b("1"));
     other->set("w2", b("2"));
   });
-  this->store->wait({"w1", "w2"}, std::chrono::milliseconds(5000));
+  // The setter is joined whatever the wait does: a wait that throws fails the test with its
+  // message (a joinable thread going out of scope would abort the process instead).
+  try {
+    this->store->wait({"w1", "w2"}, std::chrono::milliseconds(5000));
+  } catch (const std::exception& e) {
+    setter.join();
+    FAIL() << "waiting for w1 and w2: " << e.what();
+  }
   setter.join();
   EXPECT_THROW(this->store->wait({"w1", "never"}, std::chrono::milliseconds(100)), c10::Error);
 }
