@@ -2,6 +2,9 @@
 #include "rendezvous/grpc_channel.h"
 
 #include <climits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/log.h"
 
@@ -30,6 +33,27 @@ std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
   args.SetMaxSendMessageSize(INT_MAX);
   if (options.ownConnection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(options.target, credentials, args);
+}
+
+std::shared_ptr<grpc::Channel> sharedChannel(const ChannelOptions& options) {
+  using Key = std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t, int64_t>;
+  static std::mutex mu;
+  static auto* open = new std::map<Key, std::weak_ptr<grpc::Channel>>();  // outlives exit
+  Key key{options.target,      options.tlsCaPem,          options.tlsServerName,
+          options.minBackoff.count(), options.maxBackoff.count(), options.connectTimeout.count(),
+          options.keepAlive.count()};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = open->find(key); it != open->end()) {
+    if (auto channel = it->second.lock()) return channel;
+  }
+  for (auto it = open->begin(); it != open->end();) {
+    it = it->second.expired() ? open->erase(it) : std::next(it);
+  }
+  ChannelOptions own = options;
+  own.ownConnection = true;
+  auto channel = makeChannel(own);
+  (*open)[key] = channel;
+  return channel;
 }
 
 }  // namespace muster::rendezvous

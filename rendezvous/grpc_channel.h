@@ -31,4 +31,11 @@ struct ChannelOptions {
 
 std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options);
 
+// The channel this process already has open with the same options, or a new one
+// (`ownConnection` is taken as set: the connection is this process's, shared by whoever asks
+// for the same options). Many clients of one store in a process (every rank of a node in one
+// launcher, simulated ranks in a benchmark) so share one TCP connection, each on its own
+// stream, instead of opening one each.
+std::shared_ptr<grpc::Channel> sharedChannel(const ChannelOptions& options);
+
 }  // namespace muster::rendezvous

@@ -42,6 +42,12 @@ constexpr size_t kMaxUnackedBytes = size_t{64} << 20;
 // answers are told apart from late answers to callers that gave up.
 constexpr uint64_t kQuietBit = uint64_t{1} << 63;
 
+// The most one stream message carries when the server batches requests (or the server's
+// largest request, when that is less).
+constexpr size_t kMaxBatchBytes = size_t{256} << 10;
+// Client metadata asking the server for batched answers.
+constexpr char kBatchMetadataKey[] = "x-muster-batch";
+
 // Whether a failure is the connection's (worth a new session), not the server's answer.
 bool isTransport(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable;
@@ -50,23 +56,35 @@ bool isTransport(const absl::Status& status) {
 // One Session stream. There is no reader thread: a caller waiting for its answer reads the
 // stream itself when nobody else is reading, and hands every answer it reads to its owner
 // (leader/followers). A lone caller so gets its answer without a thread hand-off.
-// Broken for good once a read sees the end; the connection then opens a new one.
+// Writes go through an outbox: the first caller to find no writer writes whatever is queued,
+// several requests per message when the server batches (group commit), the others return at
+// once. Broken for good once a read sees the end; the connection then opens a new one.
 class Session {
  public:
   Session(pb::Store::Stub& stub, const std::string& token, std::string peer)
       : peer_(std::move(peer)) {
     if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, token);
+    // Answers may come several to a message (a server that predates this ignores it).
+    context_.AddMetadata(kBatchMetadataKey, "1");
     stream_ = stub.Session(&context_);
   }
 
-  // Half-closes, then reads what is left (answers to quiet requests) so that the server has
-  // applied every request before the stream ends; gives up after kCloseWait.
+  // Sends what is queued, half-closes, then reads what is left (answers to quiet requests) so
+  // that the server has applied every request before the stream ends; gives up after
+  // kCloseWait.
   ~Session() {
     static constexpr Millis kCloseWait{2000};
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !readerActive_; });
     if (broken_) return;
     lock.unlock();
+    {
+      std::unique_lock<std::mutex> out(outMu_);
+      if (!writing_ && !outbox_.empty()) {
+        writing_ = true;
+        drainLocked(out);
+      }
+    }
     {
       std::lock_guard<std::mutex> w(writeMu_);
       stream_->WritesDone();
@@ -96,13 +114,19 @@ class Session {
     watchdog.join();
   }
 
+  // The server batches (its info said so): one message may carry up to `bytes` of requests.
+  void batchUpTo(size_t bytes) {
+    std::lock_guard<std::mutex> lock(outMu_);
+    batchBytes_ = bytes;
+  }
+
   bool broken() const {
     std::lock_guard<std::mutex> lock(mu_);
     return broken_;
   }
 
-  // Sends the request without waiting for an answer. Errors: a transport failure (`*transport`
-  // set), or the failure of an earlier quiet request.
+  // Sends the request without waiting for an answer. Errors: a transport failure (`*transport` set), or the failure of an earlier
+  // quiet request.
   absl::Status post(pb::StoreRequest& request, bool* transport) {
     *transport = false;
     {
@@ -123,12 +147,7 @@ class Session {
       unacked_.push_back({seq, request});
       unackedBytes_ += request.ByteSizeLong();
     }
-    bool written;
-    {
-      std::lock_guard<std::mutex> w(writeMu_);
-      written = stream_->Write(request);
-    }
-    if (!written) {
+    if (!send(pb::StoreRequest(request))) {
       // The stream has ended; without a reader to learn why, say so and let the connection
       // open a new one. The caller sends this request again there: it is not replayed too.
       std::lock_guard<std::mutex> lock(mu_);
@@ -175,22 +194,21 @@ class Session {
   // uses it. Those a write does not take stay unacknowledged here, for the session after.
   void replay(std::deque<pb::StoreRequest> requests) {
     if (requests.empty()) return;
-    std::vector<const pb::StoreRequest*> toWrite;
+    std::vector<pb::StoreRequest> toSend;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& r : requests) {
         uint64_t seq = nextId_.fetch_add(1);
         r.set_id(seq | kQuietBit);
         unackedBytes_ += r.ByteSizeLong();
+        toSend.push_back(r);
         unacked_.push_back({seq, std::move(r)});
-        toWrite.push_back(&unacked_.back().second);  // deque::push_back keeps references
       }
     }
     logger()->info("store {}: sending again {} set(s) the lost connection may not have delivered",
-                   peer_, toWrite.size());
-    std::lock_guard<std::mutex> w(writeMu_);
-    for (const auto* r : toWrite) {
-      if (!stream_->Write(*r)) {
+                   peer_, toSend.size());
+    for (auto& r : toSend) {
+      if (!send(std::move(r))) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
         return;
@@ -215,11 +233,8 @@ class Session {
     // References to unordered_map elements survive rehashing.
     auto& slot = pending_[id];
     lock.unlock();
-    {
-      // A failed write means the stream is ending; reading below says why.
-      std::lock_guard<std::mutex> w(writeMu_);
-      stream_->Write(request);
-    }
+    // A failed write means the stream is ending; reading below says why.
+    send(pb::StoreRequest(request));
     lock.lock();
     Deadline giveUp = deadline == kNoDeadline ? kNoDeadline : deadline + kAnswerGrace;
     while (true) {
@@ -264,6 +279,56 @@ class Session {
   }
 
  private:
+  // Queues `request` for the stream and, unless a writer is at work, writes the queue. False
+  // when the stream has ended.
+  bool send(pb::StoreRequest&& request) {
+    std::unique_lock<std::mutex> out(outMu_);
+    if (outEnded_) return false;
+    size_t bytes = request.ByteSizeLong();
+    outbox_.emplace_back(std::move(request), bytes);
+    outboxBytes_ += bytes;
+    if (writing_) return true;  // the writer at work takes it along
+    writing_ = true;
+    return drainLocked(out);
+  }
+
+  // As the writer (writing_ set, outMu_ held): writes the outbox until it is empty, as many
+  // requests to a message as the server takes. False, and the outbox dropped, when a write
+  // fails (the stream has ended; quiet requests are replayed from unacked_, callers waiting
+  // for answers learn of it from their read).
+  bool drainLocked(std::unique_lock<std::mutex>& out) {
+    bool ok = true;
+    while (!outbox_.empty()) {
+      pb::StoreRequest message = std::move(outbox_.front().first);
+      size_t bytes = outbox_.front().second;
+      size_t taken = 1;
+      while (batchBytes_ > 0 && taken < outbox_.size() &&
+             bytes + outbox_[taken].second <= batchBytes_) {
+        bytes += outbox_[taken].second;
+        *message.add_batch() = std::move(outbox_[taken].first);
+        ++taken;
+      }
+      outbox_.erase(outbox_.begin(), outbox_.begin() + static_cast<std::ptrdiff_t>(taken));
+      outboxBytes_ -= std::min(outboxBytes_, bytes);
+      out.unlock();
+      bool written;
+      {
+        std::lock_guard<std::mutex> w(writeMu_);
+        written = stream_->Write(message);
+      }
+      out.lock();
+      if (!written) {
+        ok = false;
+        outEnded_ = true;
+        outbox_.clear();
+        outboxBytes_ = 0;
+        break;
+      }
+    }
+    writing_ = false;
+    return ok;
+  }
+
   // A quiet request is answered only when it failed: log it, and keep the first such failure
   // for the next operation to return.
   void noteQuietFailureLocked(const pb::StoreResponse& response) {
@@ -277,6 +342,14 @@ class Session {
   }
 
   void dispatchLocked(pb::StoreResponse&& response) {
+    // Answers batched with this one come after it, in the server's order.
+    auto more = std::move(*response.mutable_batch());
+    response.clear_batch();
+    dispatchOneLocked(std::move(response));
+    for (auto& r : more) dispatchOneLocked(std::move(r));
+  }
+
+  void dispatchOneLocked(pb::StoreResponse&& response) {
     uint64_t seq = response.id() & ~kQuietBit;
     // Answered (a call), or refused (a quiet failure): the server has dealt with everything
     // this session sent before it.
@@ -309,7 +382,7 @@ class Session {
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReaderWriter<pb::StoreRequest, pb::StoreResponse>> stream_;
-  std::mutex writeMu_;  // one writer at a time (gRPC allows one read and one write at once)
+  std::mutex writeMu_;  // one stream write (or WritesDone, Finish) at a time
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<uint64_t, std::optional<absl::StatusOr<pb::StoreResponse>>> pending_;
@@ -321,6 +394,13 @@ class Session {
   std::deque<std::pair<uint64_t, pb::StoreRequest>> unacked_;  // sequence, request
   size_t unackedBytes_ = 0;
   std::string peer_;
+  // The outbox; outMu_ is never taken with mu_ held, nor mu_ with outMu_ held.
+  std::mutex outMu_;
+  std::deque<std::pair<pb::StoreRequest, size_t>> outbox_;  // request, its size
+  size_t outboxBytes_ = 0;
+  size_t batchBytes_ = 0;  // 0: one request per message (a server that does not batch)
+  bool writing_ = false;   // a caller is writing the outbox
+  bool outEnded_ = false;  // a write failed: the stream takes no more
 };
 
 }  // namespace
@@ -329,8 +409,8 @@ class Session {
 class ClientConnection {
  public:
   explicit ClientConnection(const ClientOptions& options) : options_(options) {
-    // Each client its own TCP connection: views share one, separate clients do not.
-    channel_ = makeChannel({.target = options.target,
+    // One TCP connection per process and store: each client its own stream on it.
+    channel_ = sharedChannel({.target = options.target,
                             .tlsCaPem = options.tlsCaPem,
                             .tlsServerName = options.tlsServerName,
                             .minBackoff = kFirstBackoff,
@@ -378,6 +458,7 @@ class ClientConnection {
     auto status = waitConnected(deadline);
     if (!status.ok()) return status;
     session_ = std::make_shared<Session>(*stub_, options_.token, options_.target);
+    if (batchBytes_ > 0) session_->batchUpTo(batchBytes_);
     session_->replay(std::exchange(replay_, {}));
     return session_;
   }
@@ -388,6 +469,10 @@ class ClientConnection {
     limits_.maxValueBytes = info.max_value_bytes();
     limits_.maxKeysPerCall = info.max_keys_per_call();
     limits_.maxTotalBytes = info.max_total_bytes();
+    if (info.batching()) {
+      batchBytes_ = std::min(kMaxBatchBytes, largestRequest(limits_));
+      if (session_) session_->batchUpTo(batchBytes_);
+    }
   }
 
   // Sends a quiet request; a broken stream is reopened and the request sent again (only
@@ -476,6 +561,7 @@ class ClientConnection {
   // Sets a broken session had not confirmed, until a new session takes them.
   std::deque<pb::StoreRequest> replay_;
   StoreLimits limits_;  // the server's, once connect has asked; unlimited until then
+  size_t batchBytes_ = 0;  // the server batches: what one message may carry
 };
 
 StoreClient::StoreClient(std::shared_ptr<ClientConnection> connection, std::string ns)

@@ -14,6 +14,11 @@ namespace {
 
 // Answers a session may hold unwritten (its client reads too slowly or not at all).
 constexpr size_t kMaxUnreadAnswers = 65536;
+// What one message of answers may carry, for a client that takes them batched.
+constexpr size_t kMaxBatchAnswers = 4096;
+constexpr size_t kMaxBatchAnswerBytes = size_t{4} << 20;
+// The client metadata asking for batched answers.
+constexpr char kBatchMetadataKey[] = "x-muster-batch";
 
 }  // namespace
 
@@ -27,6 +32,7 @@ class StoreService::SessionState {
   Reactor* reactor = nullptr;
   std::deque<pb::StoreResponse> queue;
   bool writing = false;
+  bool batchAnswers = false;  // the client takes StoreResponse.batch
   bool closing = false;
   bool finished = false;
   grpc::Status closeStatus = grpc::Status::OK;
@@ -56,16 +62,37 @@ class StoreService::SessionState::Reactor final
       state_->close(grpc::Status::OK);
       return;
     }
+    // The request, then those batched with it, in order.
+    if (!apply(request_)) return;
+    for (const auto& more : request_.batch()) {
+      if (!apply(more)) return;
+    }
+    StartRead(&request_);
+  }
+
+  // Hands one request to the store; false once the session is closing (nothing more is read).
+  bool apply(const pb::StoreRequest& request) {
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->closing) return;
+      if (state_->closing) return false;
       seq = state_->nextSeq++;
       state_->parked.emplace(seq, MemoryStore::kNotPending);
     }
     std::weak_ptr<SessionState> weak = state_;
-    bool quiet = request_.quiet();
-    auto id = state_->memory->execute(request_, [weak, seq, quiet](pb::StoreResponse&& r) {
+    bool quiet = request.quiet();
+    if (&request != &request_ && request.batch_size() > 0) {
+      pb::StoreResponse refused;
+      refused.set_id(request.id());
+      refused.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+      refused.set_message("a batched request carries a batch of its own");
+      state_->deliver(seq, std::move(refused), false);
+      return true;
+    }
+    bool info = request.op_case() == pb::StoreRequest::kInfo;
+    auto id = state_->memory->execute(request, [weak, seq, quiet, info](pb::StoreResponse&& r) {
+      // Batching is this service's, not the store's: the session says so.
+      if (info && r.has_info()) r.mutable_info()->set_batching(true);
       if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
     });
     bool cancelNow = false;
@@ -82,7 +109,7 @@ class StoreService::SessionState::Reactor final
       state_->parked.erase(seq);
       state_->pumpLocked();
     }
-    StartRead(&request_);
+    return true;
   }
 
   void OnWriteDone(bool ok) override {
@@ -171,6 +198,20 @@ void StoreService::SessionState::pumpLocked() {
   if (finished || reactor == nullptr) return;
   if (!writing && !queue.empty()) {
     writing = true;
+    if (batchAnswers && queue.size() > 1) {
+      // Answers ready together go in one message.
+      pb::StoreResponse first = std::move(queue.front());
+      queue.pop_front();
+      size_t bytes = first.ByteSizeLong();
+      while (!queue.empty() && static_cast<size_t>(first.batch_size()) + 1 < kMaxBatchAnswers) {
+        size_t more = queue.front().ByteSizeLong();
+        if (bytes + more > kMaxBatchAnswerBytes) break;
+        bytes += more;
+        *first.add_batch() = std::move(queue.front());
+        queue.pop_front();
+      }
+      queue.push_front(std::move(first));
+    }
     reactor->StartWrite(&queue.front());
     return;
   }
@@ -214,6 +255,9 @@ grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* StoreService::Sess
   }
   auto state = std::make_shared<SessionState>();
   state->memory = memory_;
+  auto asked = context->client_metadata().find(kBatchMetadataKey);
+  state->batchAnswers =
+      asked != context->client_metadata().end() && asked->second == grpc::string_ref("1");
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -342,11 +342,14 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measured seconds per run")->capture_default_str();
   app.add_option("--value-bytes", valueBytes, "value size")->capture_default_str();
   app.add_option("--client-counts", clientCounts, "client process counts")->delimiter(',');
-  bool frontOnly = false;
+  std::vector<std::string> stores{"tcpstore", "front", "grpc"};
   int repeat = 3;
   app.add_option("--repeat", repeat, "runs per store, taking turns; the median is shown")
       ->capture_default_str();
-  app.add_flag("--front-only", frontOnly, "run launch's front alone (for profiling)");
+  app.add_option("--stores", stores, "which stores to run (for profiling one alone)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"tcpstore", "front", "grpc"}))
+      ->capture_default_str();
   std::vector<int> startupRanks;
   int startupProcs = 4, world = 0;
   bool startupChild = false;
@@ -359,6 +362,9 @@ int main(int argc, char** argv) {
   app.add_option("--world", world)->group("");
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
+  auto wanted = [&](const char* store) {
+    return std::find(stores.begin(), stores.end(), store) != stores.end();
+  };
   if (child) return runChild(backend, addr, id, clients, seconds, valueBytes, out);
   if (startupChild) return runStartupChild(backend, addr, id, clients, world, out);
 
@@ -383,15 +389,16 @@ int main(int argc, char** argv) {
               [](const Result& a, const Result& b) { return a.opsPerSec < b.opsPerSec; });
     return runs[runs.size() / 2];
   };
+  std::vector<std::string> csv;
   for (int n : clientCounts) {
     std::vector<Result> tcps, fronts, grpcs;
     for (int round = 0; round < repeat; ++round) {
-      if (!frontOnly) {
+      if (wanted("tcpstore")) {
         auto server = tcpStoreServer(std::chrono::seconds(120));
         tcps.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", server->getPort()), n,
                                seconds, valueBytes, dir));
       }
-      {
+      if (wanted("front")) {
         // launch's front: torch's own client (the "tcpstore" backend) against a MemoryStore.
         std::string why;
         int fd = muster::net::listenTcp("127.0.0.1", 0, why);
@@ -405,7 +412,7 @@ int main(int argc, char** argv) {
         fronts.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", (*server)->port()),
                                  n, seconds, valueBytes, dir));
       }
-      if (!frontOnly) {
+      if (wanted("grpc")) {
         muster::rendezvous::ServerOptions opts;
         opts.host = "127.0.0.1";
         opts.port = 0;
@@ -418,19 +425,30 @@ int main(int argc, char** argv) {
       }
     }
     Result tcp = median(tcps), front = median(fronts), ours = median(grpcs);
-    for (auto [name, r] : {std::pair{"tcpstore", tcp}, std::pair{"front", front},
-                           std::pair{"grpc", ours}}) {
+    std::vector<std::pair<const char*, Result>> rows;
+    if (wanted("tcpstore")) rows.emplace_back("tcpstore", tcp);
+    if (wanted("front")) rows.emplace_back("front", front);
+    if (wanted("grpc")) rows.emplace_back("grpc", ours);
+    for (const auto& [name, r] : rows) {
       std::printf("%8d  %-9s %12.0f %9.3f %9.3f %14.1f %14.1f\n", n, name, r.opsPerSec, r.p50Ms,
                   r.p99Ms, r.serverCpuUsPerOp, r.clientCpuUsPerOp);
     }
-    for (auto [name, r] : {std::pair{"front", front}, std::pair{"grpc", ours}}) {
+    if (!wanted("tcpstore")) continue;
+    for (const auto& [name, r] : rows) {
+      if (std::string(name) == "tcpstore") continue;
       std::printf("%8d  %-9s %11.2fx %8.2fx %8.2fx   (%s / tcpstore: ops/s, p50, p99; p99 < 1 is "
                   "better)\n",
                   n, "ratio", r.opsPerSec / tcp.opsPerSec, r.p50Ms / tcp.p50Ms, r.p99Ms / tcp.p99Ms,
                   name);
     }
+    csv.push_back(fmt::format("{},{:.0f},{:.0f},{:.0f},{:.2f},{:.2f}", n, tcp.opsPerSec,
+                              front.opsPerSec, ours.opsPerSec, front.opsPerSec / tcp.opsPerSec,
+                              ours.opsPerSec / tcp.opsPerSec));
     std::fflush(stdout);
   }
+  // For plots: one line per client count, stores that did not run as 0.
+  std::printf("csv: clients,tcpstore_ops,front_ops,grpc_ops,front_vs_tcpstore,grpc_vs_tcpstore\n");
+  for (const auto& line : csv) std::printf("csv: %s\n", line.c_str());
   fs::remove_all(dir);
   return 0;
 }
