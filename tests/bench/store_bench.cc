@@ -4,16 +4,24 @@
 // ratios to TCPStore.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -22,6 +30,7 @@
 #include "common/net.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/tcpstore_front.h"
+#include "rendezvous/tcpstore_wire.h"
 
 extern char** environ;
 
@@ -84,9 +93,87 @@ struct TcpStoreOps : Ops {
   std::unique_ptr<c10d::TCPStore> store;
 };
 
-// A client of `backend` ("muster": the gRPC store; else LibTorch's TCPStore client).
+// A TCPStore client speaking the wire format itself, blocking, on one connection: what torch
+// 2.x's client opens (1.13's opens a second, for watch callbacks that start-up never uses,
+// so that 16,384 ranks would need 32,768 sockets at the server, past this machine's limit),
+// with the messages 1.13's client sends (get is WAIT, then GET).
+struct WireOps : Ops {
+  using Op = muster::rendezvous::tcpstore::Op;
+  WireOps(const std::string& host, int port) {
+    auto deadline = Clock::now() + Millis(120000);
+    while (true) {
+      fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) break;
+      int err = errno;
+      close(fd);
+      if (Clock::now() > deadline) {
+        throw std::runtime_error(fmt::format("connect: {}", std::strerror(err)));
+      }
+      std::this_thread::sleep_for(Millis(10));  // TCPStore's client retries too
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  ~WireOps() override { close(fd); }
+  void send(Op op, std::vector<std::string> keys, std::vector<std::string> values = {},
+            int64_t number = 0) {
+    muster::rendezvous::tcpstore::Request r;
+    r.op = op;
+    r.keys = std::move(keys);
+    r.values = std::move(values);
+    r.number = number;
+    std::string bytes = muster::rendezvous::tcpstore::encode(r, muster::rendezvous::tcpstore::Generation::kV1);
+    for (size_t done = 0; done < bytes.size();) {
+      ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n <= 0) throw std::runtime_error(fmt::format("send: {}", std::strerror(errno)));
+      done += static_cast<size_t>(n);
+    }
+  }
+  void read(void* into, size_t size) {
+    for (size_t done = 0; done < size;) {
+      ssize_t n = ::read(fd, static_cast<char*>(into) + done, size - done);
+      if (n < 0) throw std::runtime_error(fmt::format("read: {}", std::strerror(errno)));
+      if (n == 0) throw std::runtime_error("the store closed the connection");
+      done += static_cast<size_t>(n);
+    }
+  }
+  void set(const std::string& k, const std::string& v) override { send(Op::kSet, {k}, {v}); }
+  std::string get(const std::string& k) override {
+    waitFor(k);
+    send(Op::kGet, {k});
+    uint64_t size = 0;
+    read(&size, sizeof size);
+    std::string value(size, '\0');
+    read(value.data(), size);
+    return value;
+  }
+  int64_t add(const std::string& k, int64_t d) override {
+    send(Op::kAdd, {k}, {}, d);
+    int64_t value = 0;
+    read(&value, sizeof value);
+    return value;
+  }
+  void waitFor(const std::string& k) override {
+    send(Op::kWait, {k});
+    uint8_t reply = 0;
+    read(&reply, 1);
+    if (reply != muster::rendezvous::tcpstore::kStopWaiting) throw std::runtime_error("wait failed");
+  }
+  int fd = -1;
+};
+
+// A client of `backend` ("muster": the gRPC store; "wire": WireOps; else LibTorch's TCPStore
+// client).
 std::unique_ptr<Ops> connectOps(const std::string& backend, const std::string& addr) {
   if (backend == "muster") return std::make_unique<MusterOps>(addr);
+  if (backend == "wire") {
+    auto colon = addr.rfind(':');
+    return std::make_unique<WireOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
+  }
   auto colon = addr.rfind(':');
   return std::make_unique<TcpStoreOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
 }
@@ -208,7 +295,6 @@ Result runOnce(const std::string& self, const std::string& backend, const std::s
 int runStartupChild(const std::string& backend, const std::string& addr, int first, int count,
                     int world, const std::string& out) {
   std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
-  std::atomic<int> failed{0};
   auto now = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::system_clock::now().time_since_epoch()).count();
@@ -227,12 +313,13 @@ int runStartupChild(const std::string& backend, const std::string& addr, int fir
         ops->waitFor("go");
         times[static_cast<size_t>(i)].second = now();
       } catch (const std::exception& e) {
-        if (failed++ == 0) std::fprintf(stderr, "store_bench rank %d: %s\n", rank, e.what());
+        // The others would wait for this rank at the barrier: end the process.
+        std::fprintf(stderr, "store_bench rank %d: %s\n", rank, e.what());
+        std::_Exit(1);
       }
     });
   }
   for (auto& t : threads) t.join();
-  if (failed > 0) return 1;
   std::ofstream file(out);
   for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
   return file ? 0 : 4;
@@ -268,11 +355,18 @@ double runStartup(const std::string& self, const std::string& backend, const std
     if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
     pids.push_back(pid);
   }
+  // A rank that fails ends the run: the others would wait for it at the barrier for good.
   bool ok = true;
-  for (pid_t pid : pids) {
+  for (size_t left = pids.size(); left > 0; --left) {
     int status = 0;
-    waitpid(pid, &status, 0);
-    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      if (ok) {
+        for (pid_t other : pids) kill(other, SIGKILL);
+      }
+      ok = false;
+    }
   }
   if (!ok) return -1;
   int64_t first = INT64_MAX, last = 0;
@@ -286,28 +380,33 @@ double runStartup(const std::string& self, const std::string& backend, const std
   return last > first ? static_cast<double>(last - first) / 1e9 : -1;
 }
 
+// `client`: the TCPStore client of the TCPStore and front runs ("torch": LibTorch's; "wire":
+// WireOps).
 int startupBench(const std::string& self, const std::vector<int>& worlds, int procs,
+                 const std::string& client, const std::function<bool(const char*)>& wanted,
                  const fs::path& dir) {
   raiseDescriptorLimit();
+  std::string tcpBackend = client == "torch" ? "tcpstore" : "wire";
   std::printf("job start-up through the store: N simulated ranks (threads in %d processes), each "
-              "with its own client: connect, set, get rank 0's, add, wait\n", procs);
+              "with its own client: connect, set, get rank 0's, add, wait; TCPStore clients: %s\n",
+              procs, client == "torch" ? "LibTorch 1.13's" : "one connection each, the wire format");
   std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore\n");
   for (int world : worlds) {
     double tcp = -1, front = -1, grpc = -1;
-    {
+    if (wanted("tcpstore")) {
       auto server = tcpStoreServer(std::chrono::seconds(600));
-      tcp = runStartup(self, "tcpstore", fmt::format("127.0.0.1:{}", server->getPort()), world, procs, dir);
+      tcp = runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", server->getPort()), world, procs, dir);
     }
-    {
+    if (wanted("front")) {
       std::string why;
       int fd = muster::net::listenTcp("127.0.0.1", 0, why);
       auto memory = std::make_shared<muster::rendezvous::MemoryStore>();
       auto server = muster::rendezvous::TcpStoreFront::start(
           memory, fd, {.runId = "bench", .maxConnections = size_t{1} << 17});
       if (!server.ok()) return 1;
-      front = runStartup(self, "tcpstore", fmt::format("127.0.0.1:{}", (*server)->port()), world, procs, dir);
+      front = runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", (*server)->port()), world, procs, dir);
     }
-    {
+    if (wanted("grpc")) {
       muster::rendezvous::ServerOptions opts;
       opts.host = "127.0.0.1";
       opts.port = 0;
@@ -315,10 +414,18 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       if (!server.ok()) return 1;
       grpc = runStartup(self, "muster", (*server)->address(), world, procs, dir);
     }
+    // Stores that failed or did not run show as nan (gnuplot leaves them out).
+    auto num = [](double x) { return x > 0 ? fmt::format("{:.3f}", x) : std::string("nan"); };
     auto ratio = [&](double x) { return x > 0 && tcp > 0 ? tcp / x : -1; };
-    std::printf("csv: %d,%.3f,%.3f,%.3f,%.2f,%.2f\n", world, tcp, front, grpc, ratio(front), ratio(grpc));
-    std::printf("%8d ranks: TCPStore %.3f s, launch's front %.3f s (%.1fx), gRPC store %.3f s "
-                "(%.1fx)\n", world, tcp, front, ratio(front), grpc, ratio(grpc));
+    auto times = [&](double x) {
+      if (x <= 0) return std::string(" (failed or not run)");
+      return ratio(x) > 0 ? fmt::format(" s ({:.1f}x)", ratio(x)) : std::string(" s");
+    };
+    std::printf("csv: %d,%s,%s,%s,%s,%s\n", world, num(tcp).c_str(), num(front).c_str(),
+                num(grpc).c_str(), num(ratio(front)).c_str(), num(ratio(grpc)).c_str());
+    std::printf("%8d ranks: TCPStore %s%s, launch's front %s%s, gRPC store %s%s\n", world,
+                num(tcp).c_str(), tcp > 0 ? " s" : " (failed or not run)", num(front).c_str(),
+                times(front).c_str(), num(grpc).c_str(), times(grpc).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -358,6 +465,13 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--startup-procs", startupProcs, "client processes for --startup")
       ->capture_default_str();
+  std::string startupClient = "torch";
+  app.add_option("--startup-client", startupClient,
+                 "TCPStore client for --startup: torch (LibTorch's: two connections a rank) or "
+                 "wire (one connection a rank, as torch 2.x; for 16,384 ranks under a 20,000 "
+                 "descriptor limit)")
+      ->check(CLI::IsMember({"torch", "wire"}))
+      ->capture_default_str();
   app.add_flag("--startup-child", startupChild)->group("");
   app.add_option("--world", world)->group("");
   CLI11_PARSE(app, argc, argv);
@@ -372,7 +486,7 @@ int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / fmt::format("muster-bench-{}", getpid());
   fs::create_directories(dir);
   if (!startupRanks.empty()) {
-    int rc = startupBench(self, startupRanks, startupProcs, dir);
+    int rc = startupBench(self, startupRanks, startupProcs, startupClient, wanted, dir);
     fs::remove_all(dir);
     return rc;
   }
