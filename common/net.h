@@ -33,7 +33,11 @@ int freeTcpPort();
 // host "" or "0.0.0.0": every address, IPv6 too where the host has it; "::": the same; a name
 // or a literal: that address. Port 0 picks a free port (boundPort says which). Returns the
 // descriptor, or -1 with `why` set to one line ("127.0.0.1:29500: Address already in use").
-int listenTcp(const std::string& host, int port, std::string& why, int backlog = 2048);
+// `backlog`: connections the kernel completes before they are accepted; the default asks for
+// as many as it allows (net.core.somaxconn): thousands of ranks connect to one store at once,
+// and a full queue makes the kernel drop handshakes (retried after a second or more) and, with
+// SYN cookies, reset some.
+int listenTcp(const std::string& host, int port, std::string& why, int backlog = 65535);
 
 // The port a bound socket has, 0 on error.
 int boundPort(int fd);

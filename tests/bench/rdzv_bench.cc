@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -98,6 +99,55 @@ int child(const std::string& target, const std::string& run, int nodes, int firs
     std::printf("%lld %lld\n", c->start, c->done);
   }
   return 0;
+}
+
+// A client process: `rounds` heartbeats for each of `count` agents of a running round, as
+// many in flight as agents (gRPC's async API); prints "<start> <done>" (the whole process's).
+int heartbeats(const std::string& target, const std::string& run, int first, int count,
+               int rounds) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = pb::Rendezvous::NewStub(channel);
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  struct Call {
+    grpc::ClientContext context;
+    pb::HeartbeatRequest request;
+    pb::HeartbeatResponse response;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = 0, failed = 0;
+  long long start = nowNs();
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<std::unique_ptr<Call>> calls;
+    left = count;
+    for (int i = 0; i < count; ++i) {
+      auto c = std::make_unique<Call>();
+      c->request.set_run_id(run);
+      c->request.set_node_id(fmt::format("agent-{}", first + i));
+      c->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      Call* p = c.get();
+      calls.push_back(std::move(c));
+      stub->async()->Heartbeat(&p->context, &p->request, &p->response,
+                               [&](grpc::Status s) {
+                                 std::lock_guard<std::mutex> lock(mu);
+                                 if (!s.ok()) ++failed;
+                                 if (--left == 0) cv.notify_all();
+                               });
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return left == 0; });
+  }
+  if (failed > 0) return 1;
+  std::printf("%lld %lld\n", start, nowNs());
+  return 0;
+}
+
+// This process's CPU seconds (user and system) so far.
+double cpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 // Spawns the client processes and returns max(done) - min(start) in ms, or -1.
@@ -198,11 +248,16 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes)->group("");
   app.add_option("--first", first)->group("");
   app.add_option("--count", count)->group("");
+  int heartbeatRounds = 0;
+  app.add_option("--heartbeats", heartbeatRounds)->group("");
   app.add_option("--sizes", sizes, "agent counts")->delimiter(',');
   app.add_option("--procs", procs, "client processes")->capture_default_str();
   app.add_option("--torch-agents", torchAgents, "agents for torch's rendezvous")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
+  if (!childTarget.empty() && heartbeatRounds > 0) {
+    return heartbeats(childTarget, run, first, count, heartbeatRounds);
+  }
   if (!childTarget.empty()) return child(childTarget, run, nodes, first, count);
   if (!victimTarget.empty()) return victim(victimTarget, run);
 
@@ -217,12 +272,14 @@ int main(int argc, char** argv) {
   std::string target = (*server)->address();
   std::printf("rendezvous benchmark: agents joining one round, %u cores, %d client processes\n",
               std::thread::hardware_concurrency(), procs);
-  std::printf("%8s %18s\n", "agents", "muster ms");
+  std::printf("%8s %12s %18s\n", "agents", "muster ms", "server CPU us/agent");
   std::fflush(stdout);
+  std::vector<std::string> csv;
   for (int n : sizes) {
     std::vector<pid_t> pids;
     std::vector<std::string> outs;
     std::string runId = fmt::format("bench-{}", n);
+    double cpu0 = cpuSeconds();
     for (int p = 0; p < procs; ++p) {
       int lo = n * p / procs, hi = n * (p + 1) / procs;
       outs.push_back((dir / fmt::format("{}-{}", runId, p)).string());
@@ -230,9 +287,39 @@ int main(int argc, char** argv) {
                             std::to_string(lo), "--count", std::to_string(hi - lo)},
                            outs.back()));
     }
-    std::printf("%8d %18.1f\n", n, collect(pids, outs));
+    double ms = collect(pids, outs);
+    // The server's CPU: this process runs nothing else meanwhile.
+    double cpuUs = (cpuSeconds() - cpu0) * 1e6 / n;
+    std::printf("%8d %12.1f %18.1f\n", n, ms, cpuUs);
+    csv.push_back(fmt::format("{},{:.1f},{:.1f}", n, ms, cpuUs));
     std::fflush(stdout);
   }
+  // Heartbeats of the largest round's agents: what a service spends on each (the load of a
+  // big job's agents heartbeating every few seconds).
+  if (!sizes.empty() && sizes.back() > 0) {
+    int n = sizes.back(), rounds = 5;
+    std::string runId = fmt::format("bench-{}", n);
+    std::vector<pid_t> pids;
+    std::vector<std::string> outs;
+    double cpu0 = cpuSeconds();
+    for (int p = 0; p < procs; ++p) {
+      int lo = n * p / procs, hi = n * (p + 1) / procs;
+      outs.push_back((dir / fmt::format("hb-{}", p)).string());
+      pids.push_back(spawn({self, "--child", target, "--run", runId, "--first", std::to_string(lo),
+                            "--count", std::to_string(hi - lo), "--heartbeats",
+                            std::to_string(rounds)},
+                           outs.back()));
+    }
+    double ms = collect(pids, outs);
+    double cpuUs = (cpuSeconds() - cpu0) * 1e6 / (static_cast<double>(n) * rounds);
+    std::printf("heartbeats: %d x %d agents in %.1f ms (%.0f/s), server CPU %.1f us each\n", rounds, n, ms,
+                ms > 0 ? n * rounds / (ms / 1e3) : 0.0, cpuUs);
+    csv.push_back(fmt::format("heartbeat,{:.1f},{:.1f}", ms / (static_cast<double>(n) * rounds) * 1e3,
+                              cpuUs));
+  }
+  std::printf("csv: agents,join_ms,server_cpu_us_per_agent (last: heartbeat,wall_us_each,server_cpu_us_each)\n");
+  for (const auto& line : csv) std::printf("csv: %s\n", line.c_str());
+  std::fflush(stdout);
 
   double killed = detection(self, target, SIGKILL, dir);
   double silenced = detection(self, target, SIGSTOP, dir);
@@ -260,6 +347,7 @@ int main(int argc, char** argv) {
   std::printf("torch DynamicRendezvousHandler (c10d backend, TCPStore), %d agents in %d processes: %.1f ms "
               "(includes its 1 s last call, set as low as it goes here)\n",
               torchAgents, torchProcs, torchMs);
+  std::printf("csv-torch: agents,join_ms\ncsv-torch: %d,%.1f\n", torchAgents, torchMs);
   fs::remove_all(dir);
   return 0;
 }

@@ -390,12 +390,25 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
   std::printf("job start-up through the store: N simulated ranks (threads in %d processes), each "
               "with its own client: connect, set, get rank 0's, add, wait; TCPStore clients: %s\n",
               procs, client == "torch" ? "LibTorch 1.13's" : "one connection each, the wire format");
-  std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore\n");
+  std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore,"
+              "tcpstore_cpu_us_per_rank,front_cpu_us_per_rank,grpc_cpu_us_per_rank\n");
   for (int world : worlds) {
     double tcp = -1, front = -1, grpc = -1;
+    // Server CPU per rank (us): the servers run in this process, which does nothing else
+    // meanwhile; -1 where the run failed.
+    double tcpCpu = -1, frontCpu = -1, grpcCpu = -1;
+    auto timed = [&](double& cpu, auto&& run) {
+      double cpu0 = cpuSeconds(RUSAGE_SELF);
+      double seconds = run();
+      if (seconds > 0) cpu = (cpuSeconds(RUSAGE_SELF) - cpu0) * 1e6 / world;
+      return seconds;
+    };
     if (wanted("tcpstore")) {
       auto server = tcpStoreServer(std::chrono::seconds(600));
-      tcp = runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", server->getPort()), world, procs, dir);
+      tcp = timed(tcpCpu, [&] {
+        return runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", server->getPort()), world,
+                          procs, dir);
+      });
     }
     if (wanted("front")) {
       std::string why;
@@ -404,7 +417,10 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       auto server = muster::rendezvous::TcpStoreFront::start(
           memory, fd, {.runId = "bench", .maxConnections = size_t{1} << 17});
       if (!server.ok()) return 1;
-      front = runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", (*server)->port()), world, procs, dir);
+      front = timed(frontCpu, [&] {
+        return runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", (*server)->port()), world,
+                          procs, dir);
+      });
     }
     if (wanted("grpc")) {
       muster::rendezvous::ServerOptions opts;
@@ -412,7 +428,9 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       opts.port = 0;
       auto server = muster::rendezvous::RendezvousServer::start(opts);
       if (!server.ok()) return 1;
-      grpc = runStartup(self, "muster", (*server)->address(), world, procs, dir);
+      grpc = timed(grpcCpu, [&] {
+        return runStartup(self, "muster", (*server)->address(), world, procs, dir);
+      });
     }
     // Stores that failed or did not run show as nan (gnuplot leaves them out).
     auto num = [](double x) { return x > 0 ? fmt::format("{:.3f}", x) : std::string("nan"); };
@@ -421,8 +439,9 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       if (x <= 0) return std::string(" (failed or not run)");
       return ratio(x) > 0 ? fmt::format(" s ({:.1f}x)", ratio(x)) : std::string(" s");
     };
-    std::printf("csv: %d,%s,%s,%s,%s,%s\n", world, num(tcp).c_str(), num(front).c_str(),
-                num(grpc).c_str(), num(ratio(front)).c_str(), num(ratio(grpc)).c_str());
+    std::printf("csv: %d,%s,%s,%s,%s,%s,%s,%s,%s\n", world, num(tcp).c_str(), num(front).c_str(),
+                num(grpc).c_str(), num(ratio(front)).c_str(), num(ratio(grpc)).c_str(),
+                num(tcpCpu).c_str(), num(frontCpu).c_str(), num(grpcCpu).c_str());
     std::printf("%8d ranks: TCPStore %s%s, launch's front %s%s, gRPC store %s%s\n", world,
                 num(tcp).c_str(), tcp > 0 ? " s" : " (failed or not run)", num(front).c_str(),
                 times(front).c_str(), num(grpc).c_str(), times(grpc).c_str());
