@@ -50,11 +50,16 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& out) {
   return pid;
 }
 
+// A stub of the service at `target`, its channel connected (or 30 s spent trying).
+std::unique_ptr<pb::Rendezvous::Stub> connectStub(const std::string& target) {
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return pb::Rendezvous::NewStub(channel);
+}
+
 // A client process: `count` agents, each one async Join; prints "<start> <done>" per agent.
 int child(const std::string& target, const std::string& run, int nodes, int first, int count) {
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  auto stub = pb::Rendezvous::NewStub(channel);
-  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stub = connectStub(target);
   struct Call {
     grpc::ClientContext context;
     pb::JoinRequest request;
@@ -105,9 +110,7 @@ int child(const std::string& target, const std::string& run, int nodes, int firs
 // many in flight as agents (gRPC's async API); prints "<start> <done>" (the whole process's).
 int heartbeats(const std::string& target, const std::string& run, int first, int count,
                int rounds) {
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
-  auto stub = pb::Rendezvous::NewStub(channel);
-  channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stub = connectStub(target);
   struct Call {
     grpc::ClientContext context;
     pb::HeartbeatRequest request;
