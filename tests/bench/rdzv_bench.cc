@@ -255,6 +255,10 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeats", heartbeatRounds)->group("");
   app.add_option("--sizes", sizes, "agent counts")->delimiter(',');
   app.add_option("--procs", procs, "client processes")->capture_default_str();
+  int heartbeatLoad = 5;
+  app.add_option("--heartbeat-rounds", heartbeatLoad,
+                 "heartbeats per agent of the largest round, for the heartbeat load (0: none)")
+      ->capture_default_str();
   app.add_option("--torch-agents", torchAgents, "agents for torch's rendezvous")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
@@ -299,8 +303,8 @@ int main(int argc, char** argv) {
   }
   // Heartbeats of the largest round's agents: what a service spends on each (the load of a
   // big job's agents heartbeating every few seconds).
-  if (!sizes.empty() && sizes.back() > 0) {
-    int n = sizes.back(), rounds = 5;
+  if (!sizes.empty() && sizes.back() > 0 && heartbeatLoad > 0) {
+    int n = sizes.back(), rounds = heartbeatLoad;
     std::string runId = fmt::format("bench-{}", n);
     std::vector<pid_t> pids;
     std::vector<std::string> outs;
