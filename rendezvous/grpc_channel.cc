@@ -6,6 +6,8 @@
 #include <mutex>
 #include <tuple>
 
+#include <unistd.h>
+
 #include "common/log.h"
 
 namespace muster::rendezvous {
@@ -36,10 +38,12 @@ std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
 }
 
 std::shared_ptr<grpc::Channel> sharedChannel(const ChannelOptions& options) {
-  using Key = std::tuple<std::string, std::string, std::string, int64_t, int64_t, int64_t, int64_t>;
+  // The process id too: a forked child cannot use its parent's channel.
+  using Key = std::tuple<pid_t, std::string, std::string, std::string, int64_t, int64_t, int64_t,
+                         int64_t>;
   static std::mutex mu;
   static auto* open = new std::map<Key, std::weak_ptr<grpc::Channel>>();  // outlives exit
-  Key key{options.target,      options.tlsCaPem,          options.tlsServerName,
+  Key key{getpid(),           options.target,      options.tlsCaPem,          options.tlsServerName,
           options.minBackoff.count(), options.maxBackoff.count(), options.connectTimeout.count(),
           options.keepAlive.count()};
   std::lock_guard<std::mutex> lock(mu);

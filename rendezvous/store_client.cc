@@ -45,6 +45,8 @@ constexpr uint64_t kQuietBit = uint64_t{1} << 63;
 // The most one stream message carries when the server batches requests (or the server's
 // largest request, when that is less).
 constexpr size_t kMaxBatchBytes = size_t{256} << 10;
+// What an entry of StoreRequest.batch costs beyond its own bytes, at most: a tag and a length.
+constexpr size_t kEntryFraming = 6;
 // Client metadata asking the server for batched answers.
 constexpr char kBatchMetadataKey[] = "x-muster-batch";
 
@@ -69,7 +71,7 @@ class Session {
     stream_ = stub.Session(&context_);
   }
 
-  // Sends what is queued, half-closes, then reads what is left (answers to quiet requests) so
+  // Half-closes, then reads what is left (answers to quiet requests) so
   // that the server has applied every request before the stream ends; gives up after
   // kCloseWait.
   ~Session() {
@@ -78,13 +80,7 @@ class Session {
     cv_.wait(lock, [&] { return !readerActive_; });
     if (broken_) return;
     lock.unlock();
-    {
-      std::unique_lock<std::mutex> out(outMu_);
-      if (!writing_ && !outbox_.empty()) {
-        writing_ = true;
-        drainLocked(out);
-      }
-    }
+    // The outbox is empty: its writer empties it before letting go, and every caller has.
     {
       std::lock_guard<std::mutex> w(writeMu_);
       stream_->WritesDone();
@@ -137,27 +133,12 @@ class Session {
       }
       if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
     }
-    request.set_quiet(true);
-    uint64_t seq = nextId_.fetch_add(1);
-    request.set_id(seq | kQuietBit);
-    {
-      // Kept until the server is known to have it: replayed on the next session should this
-      // stream break first (a set is safe to repeat).
-      std::lock_guard<std::mutex> lock(mu_);
-      unacked_.push_back({seq, request});
-      unackedBytes_ += request.ByteSizeLong();
-    }
-    if (!send(pb::StoreRequest(request))) {
+    uint64_t seq = 0;
+    if (!send(request, true, &seq)) {
       // The stream has ended; without a reader to learn why, say so and let the connection
       // open a new one. The caller sends this request again there: it is not replayed too.
       std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = unacked_.begin(); it != unacked_.end(); ++it) {
-        if (it->first == seq) {
-          unackedBytes_ -= std::min(unackedBytes_, it->second.ByteSizeLong());
-          unacked_.erase(it);
-          break;
-        }
-      }
+      forgetUnackedLocked(seq);
       if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
       *transport = isTransport(brokenStatus_);
       return brokenStatus_;
@@ -194,25 +175,21 @@ class Session {
   // uses it. Those a write does not take stay unacknowledged here, for the session after.
   void replay(std::deque<pb::StoreRequest> requests) {
     if (requests.empty()) return;
-    std::vector<pb::StoreRequest> toSend;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& r : requests) {
-        uint64_t seq = nextId_.fetch_add(1);
-        r.set_id(seq | kQuietBit);
-        unackedBytes_ += r.ByteSizeLong();
-        toSend.push_back(r);
-        unacked_.push_back({seq, std::move(r)});
-      }
-    }
     logger()->info("store {}: sending again {} set(s) the lost connection may not have delivered",
-                   peer_, toSend.size());
-    for (auto& r : toSend) {
-      if (!send(std::move(r))) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
-        return;
+                   peer_, requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      uint64_t seq = 0;
+      if (send(requests[i], true, &seq)) continue;
+      // Kept for the session after: this one (unless send kept it) and those not sent yet.
+      std::lock_guard<std::mutex> out(outMu_);
+      std::lock_guard<std::mutex> lock(mu_);
+      bool kept = !unacked_.empty() && unacked_.back().first == seq;
+      for (size_t j = kept ? i + 1 : i; j < requests.size(); ++j) {
+        unackedBytes_ += requests[j].ByteSizeLong();
+        unacked_.push_back({nextId_++, std::move(requests[j])});
       }
+      if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
+      return;
     }
   }
 
@@ -221,21 +198,19 @@ class Session {
   absl::StatusOr<pb::StoreResponse> call(pb::StoreRequest& request, Deadline deadline,
                                          bool* transport) {
     *transport = false;
-    uint64_t id = nextId_.fetch_add(1);
-    request.set_id(id);
-    request.set_quiet(false);
     std::unique_lock<std::mutex> lock(mu_);
     if (broken_) {
       *transport = isTransport(brokenStatus_);
       return brokenStatus_;
     }
     if (!deferred_.ok()) return std::exchange(deferred_, absl::OkStatus());
-    // References to unordered_map elements survive rehashing.
-    auto& slot = pending_[id];
     lock.unlock();
     // A failed write means the stream is ending; reading below says why.
-    send(pb::StoreRequest(request));
+    uint64_t id = 0;
+    send(request, false, &id);
     lock.lock();
+    // Made by send; references to unordered_map elements survive rehashing.
+    auto& slot = pending_[id];
     Deadline giveUp = deadline == kNoDeadline ? kNoDeadline : deadline + kAnswerGrace;
     while (true) {
       if (slot.has_value()) {
@@ -279,17 +254,44 @@ class Session {
   }
 
  private:
-  // Queues `request` for the stream and, unless a writer is at work, writes the queue. False
-  // when the stream has ended.
-  bool send(pb::StoreRequest&& request) {
+  // Queues a copy of `request` for the stream, numbered (`*id`) in queue order, the order the
+  // server sees, so that an answer proves everything numbered before it applied. Before it can
+  // be written, a quiet request is kept in unacked_ (for replay) and a call's answer slot is
+  // made. Then, unless a writer is at work, writes the queue. False when the stream has ended
+  // (a quiet request is then not kept, unless its own write failed).
+  bool send(const pb::StoreRequest& request, bool quiet, uint64_t* id) {
     std::unique_lock<std::mutex> out(outMu_);
+    uint64_t seq = nextId_++;
+    *id = seq;
+    pb::StoreRequest queued = request;
+    queued.set_quiet(quiet);
+    queued.set_id(quiet ? seq | kQuietBit : seq);
+    {
+      std::lock_guard<std::mutex> lock(mu_);  // the one order: outMu_, then mu_
+      if (!quiet) {
+        pending_[seq];
+      } else if (!broken_ && !outEnded_) {
+        unacked_.push_back({seq, queued});
+        unackedBytes_ += queued.ByteSizeLong();
+      }
+    }
     if (outEnded_) return false;
-    size_t bytes = request.ByteSizeLong();
-    outbox_.emplace_back(std::move(request), bytes);
-    outboxBytes_ += bytes;
+    size_t bytes = queued.ByteSizeLong();
+    outbox_.emplace_back(std::move(queued), bytes);
     if (writing_) return true;  // the writer at work takes it along
     writing_ = true;
     return drainLocked(out);
+  }
+
+  // Drops the quiet request `seq` from unacked_ (its caller sends it again).
+  void forgetUnackedLocked(uint64_t seq) {
+    for (auto it = unacked_.rbegin(); it != unacked_.rend(); ++it) {
+      if (it->first == seq) {
+        unackedBytes_ -= std::min(unackedBytes_, it->second.ByteSizeLong());
+        unacked_.erase(std::next(it).base());
+        return;
+      }
+    }
   }
 
   // As the writer (writing_ set, outMu_ held): writes the outbox until it is empty, as many
@@ -302,14 +304,14 @@ class Session {
       pb::StoreRequest message = std::move(outbox_.front().first);
       size_t bytes = outbox_.front().second;
       size_t taken = 1;
+      // A batch entry costs its bytes, a tag and a length of up to 5 bytes.
       while (batchBytes_ > 0 && taken < outbox_.size() &&
-             bytes + outbox_[taken].second <= batchBytes_) {
-        bytes += outbox_[taken].second;
+             bytes + outbox_[taken].second + kEntryFraming <= batchBytes_) {
+        bytes += outbox_[taken].second + kEntryFraming;
         *message.add_batch() = std::move(outbox_[taken].first);
         ++taken;
       }
       outbox_.erase(outbox_.begin(), outbox_.begin() + static_cast<std::ptrdiff_t>(taken));
-      outboxBytes_ -= std::min(outboxBytes_, bytes);
       out.unlock();
       bool written;
       {
@@ -321,7 +323,6 @@ class Session {
         ok = false;
         outEnded_ = true;
         outbox_.clear();
-        outboxBytes_ = 0;
         break;
       }
     }
@@ -390,14 +391,13 @@ class Session {
   bool broken_ = false;
   absl::Status brokenStatus_;
   absl::Status deferred_;
-  std::atomic<uint64_t> nextId_{1};
+  uint64_t nextId_ = 1;  // under outMu_ (replay: alone on the session)
   std::deque<std::pair<uint64_t, pb::StoreRequest>> unacked_;  // sequence, request
   size_t unackedBytes_ = 0;
   std::string peer_;
   // The outbox; outMu_ is never taken with mu_ held, nor mu_ with outMu_ held.
   std::mutex outMu_;
   std::deque<std::pair<pb::StoreRequest, size_t>> outbox_;  // request, its size
-  size_t outboxBytes_ = 0;
   size_t batchBytes_ = 0;  // 0: one request per message (a server that does not batch)
   bool writing_ = false;   // a caller is writing the outbox
   bool outEnded_ = false;  // a write failed: the stream takes no more
@@ -458,8 +458,20 @@ class ClientConnection {
     auto status = waitConnected(deadline);
     if (!status.ok()) return status;
     session_ = std::make_shared<Session>(*stub_, options_.token, options_.target);
-    if (batchBytes_ > 0) session_->batchUpTo(batchBytes_);
     session_->replay(std::exchange(replay_, {}));
+    if (batchBytes_ > 0) {
+      // The store may have come back as another build: batch only if it says it batches (one
+      // that does not would drop batched requests unseen).
+      pb::StoreRequest info;
+      info.mutable_info();
+      bool transport = false;
+      auto answer = session_->call(info, deadline, &transport);
+      if (answer.ok() && answer->code() == 0 && answer->info().batching()) {
+        session_->batchUpTo(batchBytes_);
+      } else if (answer.ok() && answer->code() == 0) {
+        batchBytes_ = 0;
+      }
+    }
     return session_;
   }
 

@@ -62,16 +62,21 @@ class StoreService::SessionState::Reactor final
       state_->close(grpc::Status::OK);
       return;
     }
-    // The request, then those batched with it, in order.
-    if (!apply(request_)) return;
-    for (const auto& more : request_.batch()) {
-      if (!apply(more)) return;
+    // The request, then those batched with it, in order. The batch is taken off first: the
+    // store sizes up the request it executes (a multi_set's limit).
+    auto batch = std::move(*request_.mutable_batch());
+    request_.clear_batch();
+    if (!apply(request_, false)) return;
+    for (const auto& more : batch) {
+      if (!apply(more, true)) return;
     }
     StartRead(&request_);
   }
 
-  // Hands one request to the store; false once the session is closing (nothing more is read).
-  bool apply(const pb::StoreRequest& request) {
+  // Hands one request to the store; false once the session is closing (nothing more is read:
+  // the rest of a batch is not applied either). `batched`: an entry of a batch, which may not
+  // carry one of its own.
+  bool apply(const pb::StoreRequest& request, bool batched) {
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -81,7 +86,7 @@ class StoreService::SessionState::Reactor final
     }
     std::weak_ptr<SessionState> weak = state_;
     bool quiet = request.quiet();
-    if (&request != &request_ && request.batch_size() > 0) {
+    if (batched && request.batch_size() > 0) {
       pb::StoreResponse refused;
       refused.set_id(request.id());
       refused.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
