@@ -257,8 +257,9 @@ class Session {
   // Queues a copy of `request` for the stream, numbered (`*id`) in queue order, the order the
   // server sees, so that an answer proves everything numbered before it applied. Before it can
   // be written, a quiet request is kept in unacked_ (for replay) and a call's answer slot is
-  // made. Then, unless a writer is at work, writes the queue. False when the stream has ended
-  // (a quiet request is then not kept, unless its own write failed).
+  // made. Then, unless a writer is at work, writes the queue. False when the stream has ended,
+  // or, for a quiet request, the session is broken (it is then not kept, unless its own write
+  // failed).
   bool send(const pb::StoreRequest& request, bool quiet, uint64_t* id) {
     std::unique_lock<std::mutex> out(outMu_);
     uint64_t seq = nextId_++;
@@ -270,7 +271,11 @@ class Session {
       std::lock_guard<std::mutex> lock(mu_);  // the one order: outMu_, then mu_
       if (!quiet) {
         pending_[seq];
-      } else if (!broken_ && !outEnded_) {
+      } else if (broken_ || outEnded_) {
+        // Not kept, so not sent: a set queued now could be dropped with the outbox and never
+        // replayed. The caller sends it on a new session.
+        return false;
+      } else {
         unacked_.push_back({seq, queued});
         unackedBytes_ += queued.ByteSizeLong();
       }
@@ -395,7 +400,7 @@ class Session {
   std::deque<std::pair<uint64_t, pb::StoreRequest>> unacked_;  // sequence, request
   size_t unackedBytes_ = 0;
   std::string peer_;
-  // The outbox; outMu_ is never taken with mu_ held, nor mu_ with outMu_ held.
+  // The outbox. Lock order: outMu_, then mu_ (send); never mu_, then outMu_.
   std::mutex outMu_;
   std::deque<std::pair<pb::StoreRequest, size_t>> outbox_;  // request, its size
   size_t batchBytes_ = 0;  // 0: one request per message (a server that does not batch)
@@ -465,7 +470,9 @@ class ClientConnection {
       pb::StoreRequest info;
       info.mutable_info();
       bool transport = false;
-      auto answer = session_->call(info, deadline, &transport);
+      // Bounded: other callers wait on this connection meanwhile.
+      auto answer = session_->call(info, std::min(deadline, deadlineAfter(Millis(10000))),
+                                   &transport);
       if (answer.ok() && answer->code() == 0 && answer->info().batching()) {
         session_->batchUpTo(batchBytes_);
       } else if (answer.ok() && answer->code() == 0) {
