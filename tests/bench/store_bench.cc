@@ -3,6 +3,7 @@
 // client, and against muster's gRPC store, in the same run; prints ops/s, p50, p99 and the
 // ratios to TCPStore.
 #include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
 #include <fmt/format.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,6 +16,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <atomic>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/store_client.h"
 #include "common/net.h"
 #include "rendezvous/rendezvous_server.h"
@@ -325,6 +328,130 @@ int runStartupChild(const std::string& backend, const std::string& addr, int fir
   return file ? 0 : 4;
 }
 
+// The same start-up for `count` ranks of the gRPC store without a thread each: every rank is
+// one Session stream driven by gRPC's callback API, all on one connection, each operation
+// answered before the next (the set too). Writes each rank's start and end.
+int runAsyncStartupChild(const std::string& addr, int first, int count, int world,
+                         const std::string& out) {
+  namespace pb = muster::v1;
+  auto stub = pb::Store::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  auto now = [] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = count, failed = 0;
+  std::string why;
+  class Rank : public grpc::ClientBidiReactor<pb::StoreRequest, pb::StoreResponse> {
+   public:
+    Rank(int rank, int world, std::function<void(bool, const std::string&)> done,
+         std::function<void()> gone)
+        : gone_{std::move(gone)}, rank_(rank), world_(world), done_(std::move(done)) {}
+    void start(pb::Store::Stub& stub) {
+      stub.async()->Session(&context_, this);
+      next();
+      StartCall();
+    }
+    void OnWriteDone(bool ok) override {
+      if (ok) {
+        StartRead(&response_);
+      } else {
+        fail("write failed");
+      }
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok || response_.code() != 0) return fail(ok ? response_.message() : "read failed");
+      if (step_ == 3 && response_.number() == world_) go_ = true;
+      next();
+    }
+    void OnDone(const grpc::Status& status) override {
+      done_(ok_ && status.ok(), why_.empty() ? status.error_message() : why_);
+      delete this;
+    }
+   private:
+    // Runs last, once the call's context is gone too: the process may end after the last one.
+    struct Gone {
+      std::function<void()> fn;
+      ~Gone() { fn(); }
+    } gone_;
+    // The next operation: set its address, get rank 0's, add to the barrier (the last sets
+    // go), wait for go; then half-close.
+    void next() {
+      request_.Clear();
+      request_.set_ns("bench");
+      request_.set_id(++step_);
+      switch (step_) {
+        case 1:
+          request_.mutable_set()->set_key("addr/" + std::to_string(rank_));
+          request_.mutable_set()->set_value("10.0.0.1:29500");
+          break;
+        case 2:
+          request_.mutable_get()->set_key("addr/0");
+          request_.set_timeout_ms(120000);
+          break;
+        case 3:
+          request_.mutable_add()->set_key("arrived");
+          request_.mutable_add()->set_delta(1);
+          break;
+        case 4:
+          if (go_) {
+            request_.mutable_set()->set_key("go");
+            request_.mutable_set()->set_value("1");
+            break;
+          }
+          ++step_;
+          [[fallthrough]];
+        case 5:
+          request_.mutable_wait()->add_keys("go");
+          request_.set_timeout_ms(120000);
+          break;
+        default:
+          ok_ = true;
+          StartWritesDone();
+          return;
+      }
+      StartWrite(&request_);
+    }
+    void fail(const std::string& why) {
+      why_ = why;
+      context_.TryCancel();
+    }
+    grpc::ClientContext context_;
+    pb::StoreRequest request_;
+    pb::StoreResponse response_;
+    int rank_, world_, step_ = 0;
+    bool go_ = false, ok_ = false;
+    std::string why_;
+    std::function<void(bool, const std::string&)> done_;
+  };
+  std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    times[static_cast<size_t>(i)].first = now();
+    auto* rank = new Rank(
+        first + i, world,
+        [&, i](bool ok, const std::string& error) {
+          std::lock_guard<std::mutex> lock(mu);
+          times[static_cast<size_t>(i)].second = now();
+          if (!ok && failed++ == 0) why = fmt::format("rank {}: {}", first + i, error);
+        },
+        [&] {
+          std::lock_guard<std::mutex> lock(mu);
+          if (--left == 0) cv.notify_all();
+        });
+    rank->start(*stub);
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return left == 0; });
+  if (failed > 0) {
+    std::fprintf(stderr, "store_bench %s\n", why.c_str());
+    return 1;
+  }
+  std::ofstream file(out);
+  for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
+  return file ? 0 : 4;
+}
+
 // Raises this process's descriptor limit to the most root may have: a 1.13 TCPStore client
 // holds two connections, so 16,384 ranks are 32,768 sockets at the server.
 void raiseDescriptorLimit() {
@@ -380,16 +507,20 @@ double runStartup(const std::string& self, const std::string& backend, const std
   return last > first ? static_cast<double>(last - first) / 1e9 : -1;
 }
 
-// `client`: the TCPStore client of the TCPStore and front runs ("torch": LibTorch's; "wire":
-// WireOps).
+// `client`: "torch": LibTorch's TCPStore client and muster's StoreClient, a thread a rank;
+// "wire": WireOps, and runAsyncStartupChild for the gRPC store.
 int startupBench(const std::string& self, const std::vector<int>& worlds, int procs,
                  const std::string& client, const std::function<bool(const char*)>& wanted,
                  const fs::path& dir) {
   raiseDescriptorLimit();
   std::string tcpBackend = client == "torch" ? "tcpstore" : "wire";
-  std::printf("job start-up through the store: N simulated ranks (threads in %d processes), each "
-              "with its own client: connect, set, get rank 0's, add, wait; TCPStore clients: %s\n",
-              procs, client == "torch" ? "LibTorch 1.13's" : "one connection each, the wire format");
+  std::printf("job start-up through the store: N simulated ranks in %d processes, each with its "
+              "own client: connect, set, get rank 0's, add, wait. Clients: %s\n",
+              procs,
+              client == "torch"
+                  ? "LibTorch 1.13's TCPStore client and muster's StoreClient, a thread a rank"
+                  : "TCPStore's wire format on one connection a rank (a thread each), and one "
+                    "gRPC stream a rank on gRPC's callback API (no thread each)");
   std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore,"
               "tcpstore_cpu_us_per_rank,front_cpu_us_per_rank,grpc_cpu_us_per_rank\n");
   for (int world : worlds) {
@@ -429,7 +560,8 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       auto server = muster::rendezvous::RendezvousServer::start(opts);
       if (!server.ok()) return 1;
       grpc = timed(grpcCpu, [&] {
-        return runStartup(self, "muster", (*server)->address(), world, procs, dir);
+        return runStartup(self, client == "wire" ? "muster-async" : "muster",
+                          (*server)->address(), world, procs, dir);
       });
     }
     // Stores that failed or did not run show as nan (gnuplot leaves them out).
@@ -445,6 +577,8 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
     std::printf("%8d ranks: TCPStore %s%s, launch's front %s%s, gRPC store %s%s\n", world,
                 num(tcp).c_str(), tcp > 0 ? " s" : " (failed or not run)", num(front).c_str(),
                 times(front).c_str(), num(grpc).c_str(), times(grpc).c_str());
+    std::printf("%8s  server CPU per rank: TCPStore %s us, front %s us, gRPC store %s us\n", "",
+                num(tcpCpu).c_str(), num(frontCpu).c_str(), num(grpcCpu).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -486,9 +620,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string startupClient = "torch";
   app.add_option("--startup-client", startupClient,
-                 "TCPStore client for --startup: torch (LibTorch's: two connections a rank) or "
-                 "wire (one connection a rank, as torch 2.x; for 16,384 ranks under a 20,000 "
-                 "descriptor limit)")
+                 "clients for --startup: torch (LibTorch's TCPStore client, two connections a "
+                 "rank, and muster's StoreClient, a thread each) or wire (TCPStore's wire format "
+                 "on one connection a rank, as torch 2.x, for 16,384 ranks under a 20,000 "
+                 "descriptor limit; gRPC streams on the callback API, no thread a rank)")
       ->check(CLI::IsMember({"torch", "wire"}))
       ->capture_default_str();
   app.add_flag("--startup-child", startupChild)->group("");
@@ -499,6 +634,9 @@ int main(int argc, char** argv) {
     return std::find(stores.begin(), stores.end(), store) != stores.end();
   };
   if (child) return runChild(backend, addr, id, clients, seconds, valueBytes, out);
+  if (startupChild && backend == "muster-async") {
+    return runAsyncStartupChild(addr, id, clients, world, out);
+  }
   if (startupChild) return runStartupChild(backend, addr, id, clients, world, out);
 
   std::string self = fs::read_symlink("/proc/self/exe").string();
