@@ -16,6 +16,9 @@ namespace muster::rendezvous {
 
 namespace pb = ::muster::v1;
 
+// Session metadata a client sends to take answers batched (StoreResponse.batch): value "1".
+inline constexpr char kBatchMetadataKey[] = "x-muster-batch";
+
 // Errors: INVALID_ARGUMENT (a limit, a non-integer value for add), DEADLINE_EXCEEDED (a
 // blocking call's keys did not come in time; the message names the missing keys),
 // RESOURCE_EXHAUSTED (the store is full), UNAVAILABLE (the store is gone or shutting down),

@@ -62,7 +62,7 @@ struct RawSession {
   explicit RawSession(const RendezvousServer& server, bool batchAnswers)
       : stub(pb::Store::NewStub(
             grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()))) {
-    if (batchAnswers) context.AddMetadata("x-muster-batch", "1");
+    if (batchAnswers) context.AddMetadata(kBatchMetadataKey, "1");
     stream = stub->Session(&context);
   }
   // Reads messages until `answers` answers came; returns them by id, counting the messages.

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 
-#include <atomic>
 #include <deque>
 #include <condition_variable>
 #include <mutex>
@@ -47,8 +46,6 @@ constexpr uint64_t kQuietBit = uint64_t{1} << 63;
 constexpr size_t kMaxBatchBytes = size_t{256} << 10;
 // What an entry of StoreRequest.batch costs beyond its own bytes, at most: a tag and a length.
 constexpr size_t kEntryFraming = 6;
-// Client metadata asking the server for batched answers.
-constexpr char kBatchMetadataKey[] = "x-muster-batch";
 
 // Whether a failure is the connection's (worth a new session), not the server's answer.
 bool isTransport(const absl::Status& status) {
@@ -71,9 +68,8 @@ class Session {
     stream_ = stub.Session(&context_);
   }
 
-  // Half-closes, then reads what is left (answers to quiet requests) so
-  // that the server has applied every request before the stream ends; gives up after
-  // kCloseWait.
+  // Half-closes, then reads what is left (answers to quiet requests) so that the server has
+  // applied every request before the stream ends; gives up after kCloseWait.
   ~Session() {
     static constexpr Millis kCloseWait{2000};
     std::unique_lock<std::mutex> lock(mu_);
@@ -121,8 +117,8 @@ class Session {
     return broken_;
   }
 
-  // Sends the request without waiting for an answer. Errors: a transport failure (`*transport` set), or the failure of an earlier
-  // quiet request.
+  // Sends the request without waiting for an answer. Errors: a transport failure (`*transport`
+  // set), or the failure of an earlier quiet request.
   absl::Status post(pb::StoreRequest& request, bool* transport) {
     *transport = false;
     {
@@ -267,6 +263,7 @@ class Session {
     pb::StoreRequest queued = request;
     queued.set_quiet(quiet);
     queued.set_id(quiet ? seq | kQuietBit : seq);
+    size_t bytes = queued.ByteSizeLong();
     {
       std::lock_guard<std::mutex> lock(mu_);  // the one order: outMu_, then mu_
       if (!quiet) {
@@ -277,11 +274,10 @@ class Session {
         return false;
       } else {
         unacked_.push_back({seq, queued});
-        unackedBytes_ += queued.ByteSizeLong();
+        unackedBytes_ += bytes;
       }
     }
     if (outEnded_) return false;
-    size_t bytes = queued.ByteSizeLong();
     outbox_.emplace_back(std::move(queued), bytes);
     if (writing_) return true;  // the writer at work takes it along
     writing_ = true;

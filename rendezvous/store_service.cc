@@ -17,8 +17,6 @@ constexpr size_t kMaxUnreadAnswers = 65536;
 // What one message of answers may carry, for a client that takes them batched.
 constexpr size_t kMaxBatchAnswers = 4096;
 constexpr size_t kMaxBatchAnswerBytes = size_t{4} << 20;
-// The client metadata asking for batched answers.
-constexpr char kBatchMetadataKey[] = "x-muster-batch";
 
 }  // namespace
 
