@@ -30,14 +30,15 @@ for bench in rdzv_bench store_bench; do
 done
 mkdir -p "$out"
 
-# The lines a bench marks "csv: " (or "csv-torch: "), without the mark.
+# The lines a bench marks "csv: " (or "csv-torch: ", "csv-heartbeat: "), without the mark.
 csv() { sed -n "s/^$1: //p"; }
 
 if ((!plotOnly)); then
   "$build"/tests/bench/rdzv_bench --sizes 1024,4096,12500,16384,65536 --torch-agents 32 \
     | tee "$out/rdzv.txt"
-  csv csv <"$out/rdzv.txt" | grep -v '^heartbeat' >"$out/rdzv.csv"
+  csv csv <"$out/rdzv.txt" >"$out/rdzv.csv"
   csv csv-torch <"$out/rdzv.txt" >"$out/rdzv-torch.csv"
+  csv csv-heartbeat <"$out/rdzv.txt" >"$out/rdzv-heartbeat.csv"
   "$build"/tests/bench/store_bench --startup 1024,2048,4096,8192,16384 --startup-client wire \
     | tee "$out/startup-wire.txt"
   csv csv <"$out/startup-wire.txt" >"$out/startup-wire.csv"

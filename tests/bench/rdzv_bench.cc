@@ -145,6 +145,21 @@ int heartbeats(const std::string& target, const std::string& run, int first, int
   return 0;
 }
 
+// Spawns `procs` client processes of this program for agents 0..n-1, split evenly: each gets
+// `args` then --first and --count, and writes to `<dir>/<prefix>-<p>`.
+void spawnAgents(const std::string& self, const std::vector<std::string>& args, int n, int procs,
+                 const fs::path& dir, const std::string& prefix, std::vector<pid_t>& pids,
+                 std::vector<std::string>& outs) {
+  for (int p = 0; p < procs; ++p) {
+    int lo = n * p / procs, hi = n * (p + 1) / procs;
+    outs.push_back((dir / fmt::format("{}-{}", prefix, p)).string());
+    std::vector<std::string> argv{self};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--first", std::to_string(lo), "--count", std::to_string(hi - lo)});
+    pids.push_back(spawn(argv, outs.back()));
+  }
+}
+
 // This process's CPU seconds (user and system) so far.
 double cpuSeconds() {
   rusage usage{};
@@ -282,18 +297,14 @@ int main(int argc, char** argv) {
   std::printf("%8s %12s %18s\n", "agents", "muster ms", "server CPU us/agent");
   std::fflush(stdout);
   std::vector<std::string> csv;
+  std::string heartbeatCsv;
   for (int n : sizes) {
     std::vector<pid_t> pids;
     std::vector<std::string> outs;
     std::string runId = fmt::format("bench-{}", n);
     double cpu0 = cpuSeconds();
-    for (int p = 0; p < procs; ++p) {
-      int lo = n * p / procs, hi = n * (p + 1) / procs;
-      outs.push_back((dir / fmt::format("{}-{}", runId, p)).string());
-      pids.push_back(spawn({self, "--child", target, "--run", runId, "--nodes", std::to_string(n), "--first",
-                            std::to_string(lo), "--count", std::to_string(hi - lo)},
-                           outs.back()));
-    }
+    spawnAgents(self, {"--child", target, "--run", runId, "--nodes", std::to_string(n)}, n, procs,
+                dir, runId, pids, outs);
     double ms = collect(pids, outs);
     // The server's CPU: this process runs nothing else meanwhile.
     double cpuUs = (cpuSeconds() - cpu0) * 1e6 / n;
@@ -309,23 +320,21 @@ int main(int argc, char** argv) {
     std::vector<pid_t> pids;
     std::vector<std::string> outs;
     double cpu0 = cpuSeconds();
-    for (int p = 0; p < procs; ++p) {
-      int lo = n * p / procs, hi = n * (p + 1) / procs;
-      outs.push_back((dir / fmt::format("hb-{}", p)).string());
-      pids.push_back(spawn({self, "--child", target, "--run", runId, "--first", std::to_string(lo),
-                            "--count", std::to_string(hi - lo), "--heartbeats",
-                            std::to_string(rounds)},
-                           outs.back()));
-    }
+    spawnAgents(self, {"--child", target, "--run", runId, "--heartbeats", std::to_string(rounds)},
+                n, procs, dir, "hb", pids, outs);
     double ms = collect(pids, outs);
     double cpuUs = (cpuSeconds() - cpu0) * 1e6 / (static_cast<double>(n) * rounds);
     std::printf("heartbeats: %d x %d agents in %.1f ms (%.0f/s), server CPU %.1f us each\n", rounds, n, ms,
                 ms > 0 ? n * rounds / (ms / 1e3) : 0.0, cpuUs);
-    csv.push_back(fmt::format("heartbeat,{:.1f},{:.1f}", ms / (static_cast<double>(n) * rounds) * 1e3,
-                              cpuUs));
+    heartbeatCsv = fmt::format("{},{},{:.1f},{:.1f}", rounds, n,
+                               ms / (static_cast<double>(n) * rounds) * 1e3, cpuUs);
   }
-  std::printf("csv: agents,join_ms,server_cpu_us_per_agent (last: heartbeat,wall_us_each,server_cpu_us_each)\n");
+  std::printf("csv: agents,join_ms,server_cpu_us_per_agent\n");
   for (const auto& line : csv) std::printf("csv: %s\n", line.c_str());
+  if (!heartbeatCsv.empty()) {
+    std::printf("csv-heartbeat: rounds,agents,wall_us_each,server_cpu_us_each\ncsv-heartbeat: %s\n",
+                heartbeatCsv.c_str());
+  }
   std::fflush(stdout);
 
   double killed = detection(self, target, SIGKILL, dir);

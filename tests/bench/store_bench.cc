@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <csignal>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -173,12 +172,63 @@ struct WireOps : Ops {
 // client).
 std::unique_ptr<Ops> connectOps(const std::string& backend, const std::string& addr) {
   if (backend == "muster") return std::make_unique<MusterOps>(addr);
-  if (backend == "wire") {
-    auto colon = addr.rfind(':');
-    return std::make_unique<WireOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
-  }
   auto colon = addr.rfind(':');
-  return std::make_unique<TcpStoreOps>(addr.substr(0, colon), std::stoi(addr.substr(colon + 1)));
+  std::string host = addr.substr(0, colon);
+  int port = std::stoi(addr.substr(colon + 1));
+  if (backend == "wire") return std::make_unique<WireOps>(host, port);
+  return std::make_unique<TcpStoreOps>(host, port);
+}
+
+// launch's front over a MemoryStore on a free loopback port, or null (said on stderr).
+std::unique_ptr<muster::rendezvous::TcpStoreFront> startFront(size_t maxConnections) {
+  std::string why;
+  int fd = muster::net::listenTcp("127.0.0.1", 0, why);
+  auto memory = std::make_shared<muster::rendezvous::MemoryStore>();
+  auto server = muster::rendezvous::TcpStoreFront::start(
+      memory, fd, {.runId = "bench", .maxConnections = maxConnections});
+  if (!server.ok()) {
+    std::fprintf(stderr, "store_bench: %s %s\n", why.c_str(),
+                 std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*server);
+}
+
+// muster's gRPC store on a free loopback port, or null (said on stderr).
+std::unique_ptr<muster::rendezvous::RendezvousServer> startGrpc() {
+  muster::rendezvous::ServerOptions opts;
+  opts.host = "127.0.0.1";
+  opts.port = 0;
+  auto server = muster::rendezvous::RendezvousServer::start(opts);
+  if (!server.ok()) {
+    std::fprintf(stderr, "store_bench: %s\n", std::string(server.status().message()).c_str());
+    return nullptr;
+  }
+  return std::move(*server);
+}
+
+// Starts this program with `args` (args[0] is its path); -1 when it cannot.
+pid_t spawnSelf(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+// Nanoseconds since the epoch (simulated ranks in several processes share the clock).
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Writes each rank's start and end, a line each; 0, or 4 when the file cannot be written.
+int writeTimes(const std::string& out, const std::vector<std::pair<int64_t, int64_t>>& times) {
+  std::ofstream file(out);
+  for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
+  return file ? 0 : 4;
 }
 
 // c10d's own TCPStore server on a free loopback port.
@@ -241,18 +291,11 @@ Result runOnce(const std::string& self, const std::string& backend, const std::s
   double serverCpu0 = cpuSeconds(RUSAGE_SELF);
   std::vector<pid_t> pids;
   for (int i = 0; i < clients; ++i) {
-    std::vector<std::string> args{self, "--child", "--backend", backend, "--addr", addr,
-                                  "--id", std::to_string(i), "--clients",
-                                  std::to_string(clients), "--seconds", std::to_string(seconds),
-                                  "--value-bytes", std::to_string(valueBytes), "--out",
-                                  (dir / (backend + std::to_string(i))).string()};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-      throw std::runtime_error("cannot spawn a client");
-    }
+    pid_t pid = spawnSelf({self, "--child", "--backend", backend, "--addr", addr, "--id",
+                           std::to_string(i), "--clients", std::to_string(clients), "--seconds",
+                           std::to_string(seconds), "--value-bytes", std::to_string(valueBytes),
+                           "--out", (dir / (backend + std::to_string(i))).string()});
+    if (pid < 0) throw std::runtime_error("cannot spawn a client");
     pids.push_back(pid);
   }
   for (pid_t pid : pids) {
@@ -298,23 +341,19 @@ Result runOnce(const std::string& self, const std::string& backend, const std::s
 int runStartupChild(const std::string& backend, const std::string& addr, int first, int count,
                     int world, const std::string& out) {
   std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
-  auto now = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch()).count();
-  };
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       int rank = first + i;
-      times[static_cast<size_t>(i)].first = now();
+      times[static_cast<size_t>(i)].first = nowNs();
       try {
         std::unique_ptr<Ops> ops = connectOps(backend, addr);
         ops->set("addr/" + std::to_string(rank), "10.0.0.1:29500");
         if (ops->get("addr/0").empty()) throw std::runtime_error("rank 0's address is empty");
         if (ops->add("arrived", 1) == world) ops->set("go", "1");
         ops->waitFor("go");
-        times[static_cast<size_t>(i)].second = now();
+        times[static_cast<size_t>(i)].second = nowNs();
       } catch (const std::exception& e) {
         // The others would wait for this rank at the barrier: end the process.
         std::fprintf(stderr, "store_bench rank %d: %s\n", rank, e.what());
@@ -323,9 +362,7 @@ int runStartupChild(const std::string& backend, const std::string& addr, int fir
     });
   }
   for (auto& t : threads) t.join();
-  std::ofstream file(out);
-  for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
-  return file ? 0 : 4;
+  return writeTimes(out, times);
 }
 
 // The same start-up for `count` ranks of the gRPC store without a thread each: every rank is
@@ -335,10 +372,6 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
                          const std::string& out) {
   namespace pb = muster::v1;
   auto stub = pb::Store::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
-  auto now = [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::system_clock::now().time_since_epoch()).count();
-  };
   std::mutex mu;
   std::condition_variable cv;
   int left = count, failed = 0;
@@ -427,12 +460,12 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
   };
   std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) {
-    times[static_cast<size_t>(i)].first = now();
+    times[static_cast<size_t>(i)].first = nowNs();
     auto* rank = new Rank(
         first + i, world,
         [&, i](bool ok, const std::string& error) {
           std::lock_guard<std::mutex> lock(mu);
-          times[static_cast<size_t>(i)].second = now();
+          times[static_cast<size_t>(i)].second = nowNs();
           if (!ok && failed++ == 0) why = fmt::format("rank {}: {}", first + i, error);
         },
         [&] {
@@ -447,9 +480,7 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
     std::fprintf(stderr, "store_bench %s\n", why.c_str());
     return 1;
   }
-  std::ofstream file(out);
-  for (const auto& [start, end] : times) file << start << ' ' << end << '\n';
-  return file ? 0 : 4;
+  return writeTimes(out, times);
 }
 
 // Raises this process's descriptor limit to the most root may have: a 1.13 TCPStore client
@@ -472,14 +503,10 @@ double runStartup(const std::string& self, const std::string& backend, const std
   for (int p = 0; p < procs; ++p) {
     int first = world * p / procs, count = world * (p + 1) / procs - first;
     outs.push_back(dir / fmt::format("startup-{}-{}", backend, p));
-    std::vector<std::string> args{self, "--startup-child", "--backend", backend, "--addr", addr,
-                                  "--id", std::to_string(first), "--clients", std::to_string(count),
-                                  "--world", std::to_string(world), "--out", outs.back().string()};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+    pid_t pid = spawnSelf({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
+                           std::to_string(first), "--clients", std::to_string(count), "--world",
+                           std::to_string(world), "--out", outs.back().string()});
+    if (pid < 0) return -1;
     pids.push_back(pid);
   }
   // A rank that fails ends the run: the others would wait for it at the barrier for good.
@@ -542,26 +569,19 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       });
     }
     if (wanted("front")) {
-      std::string why;
-      int fd = muster::net::listenTcp("127.0.0.1", 0, why);
-      auto memory = std::make_shared<muster::rendezvous::MemoryStore>();
-      auto server = muster::rendezvous::TcpStoreFront::start(
-          memory, fd, {.runId = "bench", .maxConnections = size_t{1} << 17});
-      if (!server.ok()) return 1;
+      auto server = startFront(size_t{1} << 17);
+      if (!server) return 1;
       front = timed(frontCpu, [&] {
-        return runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", (*server)->port()), world,
+        return runStartup(self, tcpBackend, fmt::format("127.0.0.1:{}", server->port()), world,
                           procs, dir);
       });
     }
     if (wanted("grpc")) {
-      muster::rendezvous::ServerOptions opts;
-      opts.host = "127.0.0.1";
-      opts.port = 0;
-      auto server = muster::rendezvous::RendezvousServer::start(opts);
-      if (!server.ok()) return 1;
+      auto server = startGrpc();
+      if (!server) return 1;
       grpc = timed(grpcCpu, [&] {
-        return runStartup(self, client == "wire" ? "muster-async" : "muster",
-                          (*server)->address(), world, procs, dir);
+        return runStartup(self, client == "wire" ? "muster-async" : "muster", server->address(),
+                          world, procs, dir);
       });
     }
     // Stores that failed or did not run show as nan (gnuplot leaves them out).
@@ -671,28 +691,15 @@ int main(int argc, char** argv) {
       }
       if (wanted("front")) {
         // launch's front: torch's own client (the "tcpstore" backend) against a MemoryStore.
-        std::string why;
-        int fd = muster::net::listenTcp("127.0.0.1", 0, why);
-        auto memory = std::make_shared<muster::rendezvous::MemoryStore>();
-        auto server = muster::rendezvous::TcpStoreFront::start(memory, fd, {.runId = "bench"});
-        if (!server.ok()) {
-          std::fprintf(stderr, "store_bench: %s %s\n", why.c_str(),
-                       std::string(server.status().message()).c_str());
-          return 1;
-        }
-        fronts.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", (*server)->port()),
-                                 n, seconds, valueBytes, dir));
+        auto server = startFront(muster::rendezvous::FrontOptions{}.maxConnections);
+        if (!server) return 1;
+        fronts.push_back(runOnce(self, "tcpstore", fmt::format("127.0.0.1:{}", server->port()), n,
+                                 seconds, valueBytes, dir));
       }
       if (wanted("grpc")) {
-        muster::rendezvous::ServerOptions opts;
-        opts.host = "127.0.0.1";
-        opts.port = 0;
-        auto server = muster::rendezvous::RendezvousServer::start(opts);
-        if (!server.ok()) {
-          std::fprintf(stderr, "store_bench: %s\n", std::string(server.status().message()).c_str());
-          return 1;
-        }
-        grpcs.push_back(runOnce(self, "muster", (*server)->address(), n, seconds, valueBytes, dir));
+        auto server = startGrpc();
+        if (!server) return 1;
+        grpcs.push_back(runOnce(self, "muster", server->address(), n, seconds, valueBytes, dir));
       }
     }
     Result tcp = median(tcps), front = median(fronts), ours = median(grpcs);
@@ -704,20 +711,26 @@ int main(int argc, char** argv) {
       std::printf("%8d  %-9s %12.0f %9.3f %9.3f %14.1f %14.1f\n", n, name, r.opsPerSec, r.p50Ms,
                   r.p99Ms, r.serverCpuUsPerOp, r.clientCpuUsPerOp);
     }
-    if (!wanted("tcpstore")) continue;
     for (const auto& [name, r] : rows) {
-      if (std::string(name) == "tcpstore") continue;
+      if (!wanted("tcpstore") || std::string(name) == "tcpstore") continue;
       std::printf("%8d  %-9s %11.2fx %8.2fx %8.2fx   (%s / tcpstore: ops/s, p50, p99; p99 < 1 is "
                   "better)\n",
                   n, "ratio", r.opsPerSec / tcp.opsPerSec, r.p50Ms / tcp.p50Ms, r.p99Ms / tcp.p99Ms,
                   name);
     }
-    csv.push_back(fmt::format("{},{:.0f},{:.0f},{:.0f},{:.2f},{:.2f}", n, tcp.opsPerSec,
-                              front.opsPerSec, ours.opsPerSec, front.opsPerSec / tcp.opsPerSec,
-                              ours.opsPerSec / tcp.opsPerSec));
+    // Stores that did not run, and ratios without TCPStore, show as nan (gnuplot skips them).
+    auto ops = [](const Result& r) {
+      return r.opsPerSec > 0 ? fmt::format("{:.0f}", r.opsPerSec) : std::string("nan");
+    };
+    auto toTcp = [&](const Result& r) {
+      return r.opsPerSec > 0 && tcp.opsPerSec > 0 ? fmt::format("{:.2f}", r.opsPerSec / tcp.opsPerSec)
+                                                  : std::string("nan");
+    };
+    csv.push_back(fmt::format("{},{},{},{},{},{}", n, ops(tcp), ops(front), ops(ours), toTcp(front),
+                              toTcp(ours)));
     std::fflush(stdout);
   }
-  // For plots: one line per client count, stores that did not run as 0.
+  // For plots: one line per client count.
   std::printf("csv: clients,tcpstore_ops,front_ops,grpc_ops,front_vs_tcpstore,grpc_vs_tcpstore\n");
   for (const auto& line : csv) std::printf("csv: %s\n", line.c_str());
   fs::remove_all(dir);
