@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/build_info.h"
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/options.h"
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     return usageError(options.status());
+  }
+  if (options->showVersion) {
+    std::puts(muster::build::versionText("launch").c_str());
+    return 0;
   }
   if (auto s = muster::launcher::takeFromSlurm(*options, env); !s.ok()) return usageError(s);
   if (auto s = muster::launcher::validateLaunchOptions(*options, env); !s.ok()) return usageError(s);

@@ -554,6 +554,8 @@ std::string launchUsage() {
       "  script (run under $PYTHON_EXEC or python3), a module with -m, or an executable.\n"
       "  Everything after PROGRAM goes to it untouched. Flags take --x_y or --x-y,\n"
       "  --flag=value or --flag value; PET_<FLAG> environment variables give defaults.\n\n";
+  out += fmt::format("  {:<44} {}\n", "-h, --help", "this text");
+  out += fmt::format("  {:<44} {}\n", "--version", "muster's version, its commit, and whether NCCL is built in");
   for (const auto& f : flagTable()) {
     std::string names;
     for (const auto& n : f.names) names += (names.empty() ? "" : ", ") + n;
@@ -617,6 +619,10 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
       break;
     }
     if (arg == "-h" || arg == "--help") return absl::NotFoundError(launchUsage());
+    if (arg == "--version") {
+      o.showVersion = true;
+      return o;
+    }
     if (arg.size() < 2 || arg[0] != '-') break;  // the program
     std::string name = arg, value;
     bool inlineValue = false;
@@ -743,7 +749,7 @@ absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string,
 absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env) {
   auto o = parseLaunchFlags(args, env);
-  if (!o.ok()) return o;
+  if (!o.ok() || o->showVersion) return o;
   if (auto s = takeFromSlurm(*o, env); !s.ok()) return s;
   if (auto s = validateLaunchOptions(*o, env); !s.ok()) return s;
   return o;

@@ -20,6 +20,7 @@ struct StdSpec {
 };
 
 struct LaunchOptions {
+  bool showVersion = false;  // --version: print it and exit; nothing else is parsed
   // Sizes.
   int minNodes = 1;
   int maxNodes = 1;
@@ -118,6 +119,7 @@ struct LaunchOptions {
 // Parses argv (without argv[0]); `env` supplies PET_* defaults, PYTHON_EXEC and CPU/GPU
 // counts come from the host. Checks each value alone. Errors: INVALID_ARGUMENT with one line
 // that names the flag. Help: NOT_FOUND carrying the usage text (print it, exit 0).
+// --version before PROGRAM: showVersion, and nothing after it is read.
 absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& args,
                                                const std::map<std::string, std::string>& env);
 

@@ -65,6 +65,19 @@ TEST(LaunchOptions, EverythingAfterTheProgramIsItsOwn) {
   EXPECT_EQ(dashed.program, "-weird-name");
 }
 
+TEST(LaunchOptions, VersionBeforeTheProgramIsLaunchsOwn) {
+  auto o = parseLaunchFlags({"--nproc_per_node=2", "--version"}, {});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->showVersion);
+  // Nothing after it is read: a bad flag there is no error.
+  o = parseLaunchFlags({"--version", "--bogus"}, {});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->showVersion);
+  auto program = parse({"train.py", "--version"});
+  EXPECT_FALSE(program.showVersion);
+  EXPECT_EQ(program.programArgs, (std::vector<std::string>{"--version"}));
+}
+
 TEST(LaunchOptions, PetVariablesAreDefaultsThatFlagsOverride) {
   Env env{{"PET_NPROC_PER_NODE", "3"}, {"PET_MASTER_PORT", "4000"}, {"PET_NO_PYTHON", "1"},
           {"PET_MODULE", "0"}};

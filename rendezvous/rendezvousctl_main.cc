@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/escaping.h"
+#include "common/build_info.h"
 #include "common/contract.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   std::string tokenFile, caFile;
   double timeoutS = 30;
   CLI::App app{"rendezvousctl: talk to a muster store (rendezvousd or launch's own)"};
+  app.set_version_flag("--version", muster::build::versionText("rendezvousctl"));
   app.add_option("--addr", options.target, "store address HOST:PORT")->capture_default_str();
   app.add_option("--ns", options.ns, "namespace (run id / round)");
   app.add_option("--token-file", tokenFile, "file holding the shared token")
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
   stacks->require_option(1);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "rendezvousctl: %s (see --help)\n", e.what());

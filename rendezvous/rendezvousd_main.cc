@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/build_info.h"
 #include "common/files.h"
 #include "common/limits.h"
 #include "common/log.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   options.standalone = true;
   std::string tokenFile, tlsCert, tlsKey, logLevel;
   CLI::App app{"rendezvousd: muster's store and rendezvous service"};
+  app.set_version_flag("--version", muster::build::versionText("rendezvousd"));
   app.add_option("--host", options.host, "address to bind (0.0.0.0, 127.0.0.1, ::)")
       ->capture_default_str();
   app.add_option("--port", options.port, "port to bind; 0 picks a free one and logs it")
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error (or MUSTER_LOG_LEVEL)");
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "rendezvousd: %s (see --help)\n", e.what());

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "common/build_info.h"
 #include "worker/programs/programs.h"
 #include "worker/programs/sst_data.h"
 #include "worker/self_check.h"
@@ -10,6 +11,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"worker: muster's example programs (no subcommand: the self-check)"};
+  app.set_version_flag("--version", muster::build::versionText("worker"));
   muster::worker::SelfCheckOptions check;
   double timeoutS = 60;
   app.add_option("--backend", check.backend, "gloo, nccl or auto")->capture_default_str();
@@ -34,7 +36,7 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", seed)->capture_default_str();
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "worker: %s (see --help)\n", e.what());
