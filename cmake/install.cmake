@@ -1,48 +1,70 @@
 # cmake --install: the executables, the libraries a program links (static, with their
 # headers), and a CMake package so that a LibTorch program can find_package(muster) and link
 # muster::worker. Dependencies are found again by musterConfig.cmake (find_dependency).
+#
+# Three components, which cmake/package.cmake makes into Debian packages: runtime (the
+# programs, their man pages, the Python package, the systemd unit, the Slurm and Kubernetes
+# files), dev (headers, static libraries, the CMake package) and nccl (nccl_check and
+# muster::nccl, which need NCCL and the CUDA runtime at run time).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(muster_programs launch rendezvousd rendezvousctl)
 set(muster_libraries muster_common muster_proto muster_rendezvous muster_worker_env)
+set(MUSTER_MAN_PROGRAMS ${muster_programs})
 set(muster_header_dirs common rendezvous)
 set(MUSTER_PACKAGE_HAS_WORKER OFF)
-set(MUSTER_PACKAGE_HAS_NCCL OFF)
 if(TARGET muster_worker)
   list(APPEND muster_programs worker)
   list(APPEND muster_libraries muster_worker)
   set(MUSTER_PACKAGE_HAS_WORKER ON)
 endif()
-if(TARGET muster_nccl)
-  list(APPEND muster_programs nccl_check)
-  list(APPEND muster_libraries muster_nccl)
-  set(MUSTER_PACKAGE_HAS_NCCL ON)
-endif()
+set(MUSTER_MAN_PROGRAMS ${muster_programs})
 
 # muster::common, muster::rendezvous, muster::worker, ... for consumers.
-foreach(lib ${muster_libraries})
+foreach(lib ${muster_libraries} muster_nccl)
+  if(NOT TARGET ${lib})
+    continue()
+  endif()
   string(REPLACE "muster_" "" short ${lib})
   set_target_properties(${lib} PROPERTIES EXPORT_NAME ${short})
 endforeach()
 
-install(TARGETS ${muster_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ${muster_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS ${muster_libraries} EXPORT musterTargets
-        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
+set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/muster)
+if(TARGET muster_nccl)
+  # An export set of its own: musterConfig.cmake loads it where it was installed.
+  install(TARGETS nccl_check RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT nccl)
+  install(TARGETS muster_nccl EXPORT musterNcclTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT nccl)
+  install(EXPORT musterNcclTargets NAMESPACE muster:: DESTINATION ${config_dir} COMPONENT nccl)
+endif()
 
 # Headers keep their folders: include/muster/worker/process_group.h. The worker library's
 # headers (not the example programs'), and the generated wire API headers.
-install(DIRECTORY common rendezvous DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster
+install(DIRECTORY common rendezvous DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
         FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE)
-install(DIRECTORY worker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster
+install(DIRECTORY worker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
         FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE)
 install(DIRECTORY ${MUSTER_PROTO_GEN_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster
-        FILES_MATCHING PATTERN "*.h")
-install(DIRECTORY proto/ DESTINATION ${CMAKE_INSTALL_DATADIR}/muster/proto
+        COMPONENT dev FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY proto/ DESTINATION ${CMAKE_INSTALL_DATADIR}/muster/proto COMPONENT dev
         FILES_MATCHING PATTERN "*.proto")
-install(DIRECTORY deploy/slurm deploy/k8s deploy/systemd DESTINATION ${CMAKE_INSTALL_DATADIR}/muster)
-install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY deploy/slurm deploy/k8s DESTINATION ${CMAKE_INSTALL_DATADIR}/muster
+        COMPONENT runtime)
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+
+# The systemd unit where systemd looks under the prefix (/usr/lib/systemd/system for a
+# package, /usr/local/lib/systemd/system for a source install), naming the installed programs.
+install(CODE "
+  file(READ \"${PROJECT_SOURCE_DIR}/deploy/systemd/rendezvousd.service\" unit)
+  string(REPLACE \"/usr/local/\" \"\${CMAKE_INSTALL_PREFIX}/\" unit \"\${unit}\")
+  file(WRITE \"${PROJECT_BINARY_DIR}/rendezvousd.service\" \"\${unit}\")
+  file(INSTALL \"${PROJECT_BINARY_DIR}/rendezvousd.service\"
+       DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")" COMPONENT runtime)
 
 # The Python package (python/muster, pure Python) into Python's site directory under the
 # install prefix: lib/python3.X/dist-packages on Debian (on sys.path for /usr and /usr/local),
@@ -63,15 +85,24 @@ print(p.replace('site-packages', 'dist-packages') if 'deb_system' in s.get_schem
   endif()
   set(MUSTER_PYTHON_SITE ${site} CACHE STRING "where cmake --install puts the muster Python package")
 endif()
-install(DIRECTORY python/muster DESTINATION ${MUSTER_PYTHON_SITE}
-        FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+# Under /usr (a Debian package) it goes where Debian puts pure Python modules for every
+# Python 3, lib/python3/dist-packages.
+install(CODE "
+  set(site \"${MUSTER_PYTHON_SITE}\")
+  if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\" AND NOT IS_ABSOLUTE \"\${site}\")
+    set(site lib/python3/dist-packages)
+  endif()
+  if(NOT IS_ABSOLUTE \"\${site}\")
+    set(site \"\${CMAKE_INSTALL_PREFIX}/\${site}\")
+  endif()
+  file(INSTALL \"${PROJECT_SOURCE_DIR}/python/muster\" DESTINATION \"\${site}\"
+       FILES_MATCHING PATTERN \"*.py\" PATTERN \"__pycache__\" EXCLUDE)" COMPONENT runtime)
 
-set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/muster)
-install(EXPORT musterTargets NAMESPACE muster:: DESTINATION ${config_dir})
+install(EXPORT musterTargets NAMESPACE muster:: DESTINATION ${config_dir} COMPONENT dev)
 configure_package_config_file(cmake/musterConfig.cmake.in
   ${PROJECT_BINARY_DIR}/musterConfig.cmake INSTALL_DESTINATION ${config_dir}
   PATH_VARS CMAKE_INSTALL_BINDIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/musterConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/musterConfig.cmake ${PROJECT_BINARY_DIR}/musterConfigVersion.cmake
-        DESTINATION ${config_dir})
+        DESTINATION ${config_dir} COMPONENT dev)

@@ -135,8 +135,8 @@ class Manifests(unittest.TestCase):
         self.assertEqual(self.jenv["JOB_NAME"]["value"], self.job["metadata"]["name"])
         self.assertEqual(expand(jflags["--local_addr"], env),
                          f"{self.job['metadata']['name']}-1.{self.headless['metadata']['name']}")
-        self.assertEqual(self.jcontainer["command"], ["/opt/muster/bin/launch"])
-        self.assertEqual(program[0], "/opt/muster/bin/worker")
+        self.assertEqual(self.jcontainer["command"], ["/usr/bin/launch"])
+        self.assertEqual(program[0], "/usr/bin/worker")
 
     def test_shared_dir_is_a_read_write_many_volume(self):
         shared = self.jenv["MUSTER_SHARED_DIR"]["value"]
@@ -162,7 +162,7 @@ class Manifests(unittest.TestCase):
             port = free_port()
             # Paths and the port of the manifests, mapped onto this machine.
             def local(arg):
-                arg = arg.replace("/etc/muster/token", token_dir).replace("/opt/muster/bin/rendezvousd",
+                arg = arg.replace("/etc/muster/token", token_dir).replace("/usr/bin/rendezvousd",
                                                                           os.path.join(BUILD, "rendezvous", "rendezvousd"))
                 return re.sub(r"^--port=\d+$", f"--port={port}", arg)
             container = self.dpod["containers"][0]

@@ -13,7 +13,7 @@ for f in bin/launch bin/rendezvousd bin/rendezvousctl bin/worker lib/libmuster_w
          include/muster/worker/process_group.h include/muster/rendezvous/store.h \
          include/muster/muster/v1/store.pb.h lib/cmake/muster/musterConfig.cmake \
          lib/cmake/muster/musterConfigVersion.cmake share/muster/slurm/muster.sbatch \
-         share/muster/systemd/rendezvousd.service share/muster/k8s/rendezvousd.yaml; do
+         lib/systemd/system/rendezvousd.service share/muster/k8s/rendezvousd.yaml; do
   [ -e "$work/prefix/$f" ] || { echo "install_test: $f was not installed" >&2; exit 1; }
 done
 # Nothing of the tests or the example programs' internals.
