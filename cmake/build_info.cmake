@@ -3,16 +3,19 @@
 set(commit "unknown")
 find_package(Git QUIET)
 if(GIT_FOUND AND EXISTS "${SOURCE_DIR}/.git")
-  execute_process(COMMAND "${GIT_EXECUTABLE}" -C "${SOURCE_DIR}" describe --always --dirty --abbrev=12
+  # safe.directory: a tree owned by another user (sudo ./deploy/test.sh) is still ours.
+  execute_process(COMMAND "${GIT_EXECUTABLE}" -c "safe.directory=${SOURCE_DIR}" -C "${SOURCE_DIR}"
+                          describe --always --dirty --abbrev=12
                   OUTPUT_VARIABLE described OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
                   RESULT_VARIABLE failed)
   if(NOT failed AND described)
     set(commit "${described}")
   endif()
 endif()
-set(nccl "not built in")
+# launch, rendezvousd and worker have no NCCL code: NCCL is muster::nccl and nccl_check.
+set(nccl "not built (no muster::nccl, no nccl_check)")
 if(NCCL)
-  set(nccl "built in")
+  set(nccl "built (muster::nccl, nccl_check)")
   if(EXISTS "${NCCL_HEADER}")
     file(STRINGS "${NCCL_HEADER}" defines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) +[0-9]+")
     foreach(part MAJOR MINOR PATCH)
@@ -20,7 +23,7 @@ if(NCCL)
       set(${part} "${CMAKE_MATCH_1}")
     endforeach()
     if(NOT MAJOR STREQUAL "")
-      set(nccl "${MAJOR}.${MINOR}.${PATCH} built in")
+      set(nccl "${MAJOR}.${MINOR}.${PATCH} built (muster::nccl, nccl_check)")
     endif()
   endif()
 endif()

@@ -58,13 +58,18 @@ install(DIRECTORY deploy/slurm deploy/k8s DESTINATION ${CMAKE_INSTALL_DATADIR}/m
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 
 # The systemd unit where systemd looks under the prefix (/usr/lib/systemd/system for a
-# package, /usr/local/lib/systemd/system for a source install), naming the installed programs.
+# package, /usr/local/lib/systemd/system for a source install), its ExecStart= and
+# Documentation= naming the installed files. Written straight to the destination: a file in
+# the build folder would be shared by installs that run at once.
 install(CODE "
   file(READ \"${PROJECT_SOURCE_DIR}/deploy/systemd/rendezvousd.service\" unit)
-  string(REPLACE \"/usr/local/\" \"\${CMAKE_INSTALL_PREFIX}/\" unit \"\${unit}\")
-  file(WRITE \"${PROJECT_BINARY_DIR}/rendezvousd.service\" \"\${unit}\")
-  file(INSTALL \"${PROJECT_BINARY_DIR}/rendezvousd.service\"
-       DESTINATION \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")" COMPONENT runtime)
+  string(REGEX REPLACE \"(\\n(ExecStart|Documentation)=(file://)?)/usr/local/\"
+         \"\\\\1\${CMAKE_INSTALL_PREFIX}/\" unit \"\${unit}\")
+  set(dir \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/lib/systemd/system\")
+  file(MAKE_DIRECTORY \"\${dir}\")
+  file(WRITE \"\${dir}/rendezvousd.service\" \"\${unit}\")
+  list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${CMAKE_INSTALL_PREFIX}/lib/systemd/system/rendezvousd.service\")
+  message(STATUS \"Installing: \${dir}/rendezvousd.service\")" COMPONENT runtime)
 
 # The Python package (python/muster, pure Python) into Python's site directory under the
 # install prefix: lib/python3.X/dist-packages on Debian (on sys.path for /usr and /usr/local),

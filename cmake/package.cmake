@@ -7,27 +7,71 @@
 # dpkg-shlibdeps; muster-dev's from the Debian packages that own what musterConfig.cmake and
 # the installed headers use, found here with dpkg-query.
 
-# muster_owning_packages(OUT FILE...): the Debian packages owning FILEs ("" where dpkg has none).
+# muster_owning_packages(OUT FILE...): the Debian packages owning FILEs; a FILE no package
+# owns is left out, with a warning where MUSTER_OWNERS_REQUIRED is set.
 function(muster_owning_packages out)
   set(packages)
   foreach(file ${ARGN})
-    if(NOT EXISTS "${file}")
-      continue()
-    endif()
-    execute_process(COMMAND dpkg-query -S "${file}" OUTPUT_VARIABLE owner ERROR_QUIET
-                    RESULT_VARIABLE failed OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(NOT failed AND owner MATCHES "^([^:, ]+)")
-      list(APPEND packages ${CMAKE_MATCH_1})
+    # dpkg knows files by the path its package installed, not through symlinks
+    # (/usr/local/cuda -> /etc/alternatives/...); try both.
+    file(REAL_PATH "${file}" real)
+    set(owner "")
+    foreach(path "${file}" "${real}")
+      execute_process(COMMAND dpkg-query -S "${path}" OUTPUT_VARIABLE found ERROR_QUIET
+                      RESULT_VARIABLE failed OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(NOT failed AND found MATCHES "^([^:, ]+)")
+        set(owner ${CMAKE_MATCH_1})
+        break()
+      endif()
+    endforeach()
+    if(owner)
+      list(APPEND packages ${owner})
+    elseif(MUSTER_OWNERS_REQUIRED)
+      message(WARNING "muster: no Debian package owns ${file}: the package's Depends cannot name it")
     endif()
   endforeach()
   list(REMOVE_DUPLICATES packages)
   set(${out} "${packages}" PARENT_SCOPE)
 endfunction()
 
+# muster_imported_files(OUT CONFIG_DIR): every file the exported targets of a CMake package in
+# CONFIG_DIR must find (its *Targets-*.cmake check them all when loaded: Debian's gRPC, for
+# one, fails find_package without /usr/bin/grpc_cpp_plugin, of protobuf-compiler-grpc).
+function(muster_imported_files out dir)
+  set(files)
+  file(GLOB targets "${dir}/*Targets.cmake")
+  foreach(main ${targets})
+    # The prefix: the file's folder, then one up for each further get_filename_component.
+    file(STRINGS "${main}" ups REGEX "^ *get_filename_component\\(_IMPORT_PREFIX ")
+    get_filename_component(prefix "${main}" DIRECTORY)
+    list(LENGTH ups count)
+    while(count GREATER 1)
+      get_filename_component(prefix "${prefix}" DIRECTORY)
+      math(EXPR count "${count} - 1")
+    endwhile()
+    string(REGEX REPLACE "Targets\\.cmake$" "Targets-*.cmake" pattern "${main}")
+    file(GLOB configs "${pattern}")
+    foreach(config ${configs})
+      file(STRINGS "${config}" lines REGEX "_cmake_import_check_files_for_")
+      foreach(line ${lines})
+        string(REGEX MATCHALL "\"[^\"]+\"" quoted "${line}")
+        foreach(q ${quoted})
+          string(REPLACE "\"" "" path "${q}")
+          string(REPLACE "\${_IMPORT_PREFIX}" "${prefix}" path "${path}")
+          list(APPEND files "${path}")
+        endforeach()
+      endforeach()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES files)
+  set(${out} "${files}" PARENT_SCOPE)
+endfunction()
+
 find_program(MUSTER_DPKG_QUERY dpkg-query)
 find_program(MUSTER_DPKG_SHLIBDEPS dpkg-shlibdeps)
-if(NOT MUSTER_DPKG_QUERY OR NOT MUSTER_DPKG_SHLIBDEPS)
-  message(STATUS "muster: dpkg-query or dpkg-shlibdeps not found (dpkg-dev); no Debian packages")
+find_program(MUSTER_FILE file)  # CPack's shlibdeps step picks the ELF files with it
+if(NOT MUSTER_DPKG_QUERY OR NOT MUSTER_DPKG_SHLIBDEPS OR NOT MUSTER_FILE)
+  message(STATUS "muster: dpkg-query, dpkg-shlibdeps (dpkg-dev) or file not found; no Debian packages")
   return()
 endif()
 
@@ -56,9 +100,14 @@ failed or hung. rendezvousd is the store and rendezvous as a service (with a
 systemd unit), rendezvousctl its command-line client, and worker the example
 programs and the self-check. The Python package muster gives Python workers
 the job's store and the shared-directory channel.")
-# What Python workers and Slurm jobs use, not the programs themselves.
+# The Python package wants python3 (and torch); Slurm jobs slurm-client. The programs need
+# none of them, so they are not Depends.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "python3-torch, slurm-client")
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/cmake/debian/postinst)
+# The unit (daemon-reload, stop on removal) and the Python modules' byte code (py3compile,
+# py3clean), as debhelper's scripts would.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/cmake/debian/postinst
+    ${PROJECT_SOURCE_DIR}/cmake/debian/prerm ${PROJECT_SOURCE_DIR}/cmake/debian/postrm)
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME muster-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
@@ -68,7 +117,13 @@ set(CPACK_DEBIAN_DEV_DESCRIPTION
 find_package(muster) gives muster::worker (the job's environment, the c10d
 store adapter, Gloo groups and the shared-directory channel) and
 muster::rendezvous (the store client and server) to LibTorch programs.")
-muster_owning_packages(dev_depends
+set(MUSTER_OWNERS_REQUIRED ON)
+set(imported)
+foreach(dir ${gRPC_DIR} ${absl_DIR} ${spdlog_DIR})
+  muster_imported_files(files ${dir})
+  list(APPEND imported ${files})
+endforeach()
+muster_owning_packages(dev_depends ${imported}
   ${gRPC_DIR}/gRPCConfig.cmake /usr/include/grpcpp/grpcpp.h
   ${Protobuf_INCLUDE_DIR}/google/protobuf/message.h
   ${absl_DIR}/abslConfig.cmake ${spdlog_DIR}/spdlogConfig.cmake ${Boost_DIR}/BoostConfig.cmake
@@ -86,13 +141,18 @@ set(CPACK_COMPONENTS_ALL runtime dev)
 if(TARGET muster_nccl)
   # Packaged only where NCCL and the CUDA runtime come from Debian packages: elsewhere (a
   # CUDA toolkit in /usr/local/cuda) no Depends line could name them.
-  muster_owning_packages(nccl_owners ${NCCL_LIBRARY} ${CUDART_LIBRARY})
-  list(LENGTH nccl_owners owned)
-  if(owned EQUAL 2)
+  set(MUSTER_OWNERS_REQUIRED OFF)
+  muster_owning_packages(nccl_library_owners ${NCCL_LIBRARY})
+  muster_owning_packages(cudart_owners ${CUDART_LIBRARY})
+  if(nccl_library_owners AND cudart_owners)
+    # nccl_check's libraries come from shlibdeps; muster::nccl's consumers need the headers.
+    muster_owning_packages(nccl_dev_owners ${NCCL_INCLUDE_DIR}/nccl.h
+                           ${CUDA_RUNTIME_INCLUDE_DIR}/cuda_runtime_api.h)
     list(APPEND CPACK_COMPONENTS_ALL nccl)
     set(CPACK_DEBIAN_NCCL_PACKAGE_NAME muster-nccl)
     set(CPACK_DEBIAN_NCCL_PACKAGE_SECTION libdevel)
-    set(CPACK_DEBIAN_NCCL_PACKAGE_DEPENDS "muster-dev (= ${PROJECT_VERSION})")
+    set(nccl_depends "muster-dev (= ${PROJECT_VERSION})" ${nccl_dev_owners})
+    list(JOIN nccl_depends ", " CPACK_DEBIAN_NCCL_PACKAGE_DEPENDS)
     set(CPACK_DEBIAN_NCCL_DESCRIPTION "muster's NCCL communicator and nccl_check\nmuster::nccl and the nccl_check program, for NCCL groups from muster's store.")
   else()
     message(STATUS "muster: NCCL is not from a Debian package (${NCCL_LIBRARY}); no muster-nccl package")

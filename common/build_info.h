@@ -7,7 +7,8 @@
 
 namespace muster::build {
 
-// "PROGRAM (muster) 0.1.0\ncommit 1a2b3c4d5e6f\nNCCL 2.28.3 built in" (no final newline).
+// "PROGRAM (muster) 0.1.0\ncommit 1a2b3c4d5e6f\nNCCL 2.28.3 built (muster::nccl, nccl_check)"
+// (no final newline).
 std::string versionText(std::string_view program);
 
 }  // namespace muster::build

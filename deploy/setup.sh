@@ -11,7 +11,7 @@ packages=(
   libboost1.81-dev libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
   libtorch-dev libgloo-dev python3-torch libxxhash-dev python3-xxhash python3-venv
-  python3-setuptools help2man dpkg-dev xz-utils mmdebstrap podman runc
+  python3-setuptools help2man dpkg-dev file xz-utils mmdebstrap podman runc
   slurm-wlm munge python3-yaml systemd sshfs openssh-sftp-server prometheus gdb bc
 )
 missing=()

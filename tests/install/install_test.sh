@@ -16,6 +16,8 @@ for f in bin/launch bin/rendezvousd bin/rendezvousctl bin/worker lib/libmuster_w
          lib/systemd/system/rendezvousd.service share/muster/k8s/rendezvousd.yaml; do
   [ -e "$work/prefix/$f" ] || { echo "install_test: $f was not installed" >&2; exit 1; }
 done
+grep -q "^ExecStart=$work/prefix/bin/rendezvousd " "$work/prefix/lib/systemd/system/rendezvousd.service" \
+  || { echo "install_test: the installed unit does not start $work/prefix/bin/rendezvousd" >&2; exit 1; }
 # Nothing of the tests or the example programs' internals.
 if find "$work/prefix" -name '*_test*' -o -name 'programs' | grep -q .; then
   echo "install_test: test files or example-program headers were installed" >&2
