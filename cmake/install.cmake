@@ -11,7 +11,6 @@ include(CMakePackageConfigHelpers)
 
 set(muster_programs launch rendezvousd rendezvousctl)
 set(muster_libraries muster_common muster_proto muster_rendezvous muster_worker_env)
-set(MUSTER_MAN_PROGRAMS ${muster_programs})
 set(muster_header_dirs common rendezvous)
 set(MUSTER_PACKAGE_HAS_WORKER OFF)
 if(TARGET muster_worker)

@@ -7,26 +7,46 @@
 # dpkg-shlibdeps; muster-dev's from the Debian packages that own what musterConfig.cmake and
 # the installed headers use, found here with dpkg-query.
 
-# muster_owning_packages(OUT FILE...): the Debian packages owning FILEs; a FILE no package
-# owns is left out, with a warning where MUSTER_OWNERS_REQUIRED is set.
+# muster_owning_packages(OUT [REQUIRED] FILE...): the Debian packages owning FILEs, asked of
+# dpkg-query once for all of them; a FILE no package owns is left out, with a warning where
+# REQUIRED is given.
 function(muster_owning_packages out)
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "REQUIRED" "" "")
+  # dpkg knows files by the path its package installed, not through symlinks
+  # (/usr/local/cuda -> /etc/alternatives/...); ask for both.
+  set(files)
+  set(paths)
+  foreach(file ${ARG_UNPARSED_ARGUMENTS})
+    if(EXISTS "${file}")
+      file(REAL_PATH "${file}" real)
+      list(APPEND files "${file}")
+      list(APPEND paths "${file}" "${real}")
+    endif()
+  endforeach()
   set(packages)
-  foreach(file ${ARGN})
-    # dpkg knows files by the path its package installed, not through symlinks
-    # (/usr/local/cuda -> /etc/alternatives/...); try both.
-    file(REAL_PATH "${file}" real)
-    set(owner "")
-    foreach(path "${file}" "${real}")
-      execute_process(COMMAND dpkg-query -S "${path}" OUTPUT_VARIABLE found ERROR_QUIET
-                      RESULT_VARIABLE failed OUTPUT_STRIP_TRAILING_WHITESPACE)
-      if(NOT failed AND found MATCHES "^([^:, ]+)")
-        set(owner ${CMAKE_MATCH_1})
-        break()
+  if(paths)
+    list(REMOVE_DUPLICATES paths)
+    # It fails when any path has no package; the others are still answered.
+    execute_process(COMMAND ${MUSTER_DPKG_QUERY} -S ${paths} OUTPUT_VARIABLE answers ERROR_QUIET)
+    string(REPLACE "\n" ";" answers "${answers}")
+    foreach(line ${answers})  # "libgrpc-dev:amd64: /usr/lib/...": the first package names it
+      string(FIND "${line}" ": /" colon)
+      if(colon GREATER 0 AND line MATCHES "^([^:, ]+)")
+        math(EXPR at "${colon} + 2")
+        string(SUBSTRING "${line}" ${at} -1 path)
+        set("owner:${path}" ${CMAKE_MATCH_1})
       endif()
     endforeach()
-    if(owner)
-      list(APPEND packages ${owner})
-    elseif(MUSTER_OWNERS_REQUIRED)
+  endif()
+  foreach(file ${files})
+    file(REAL_PATH "${file}" real)
+    set(asked "owner:${file}")
+    set(resolved "owner:${real}")
+    if(DEFINED "${asked}")
+      list(APPEND packages ${${asked}})
+    elseif(DEFINED "${resolved}")
+      list(APPEND packages ${${resolved}})
+    elseif(ARG_REQUIRED)
       message(WARNING "muster: no Debian package owns ${file}: the package's Depends cannot name it")
     endif()
   endforeach()
@@ -117,20 +137,19 @@ set(CPACK_DEBIAN_DEV_DESCRIPTION
 find_package(muster) gives muster::worker (the job's environment, the c10d
 store adapter, Gloo groups and the shared-directory channel) and
 muster::rendezvous (the store client and server) to LibTorch programs.")
-set(MUSTER_OWNERS_REQUIRED ON)
 set(imported)
 foreach(dir ${gRPC_DIR} ${absl_DIR} ${spdlog_DIR})
   muster_imported_files(files ${dir})
   list(APPEND imported ${files})
 endforeach()
-muster_owning_packages(dev_depends ${imported}
+muster_owning_packages(dev_depends REQUIRED ${imported}
   ${gRPC_DIR}/gRPCConfig.cmake /usr/include/grpcpp/grpcpp.h
   ${Protobuf_INCLUDE_DIR}/google/protobuf/message.h
   ${absl_DIR}/abslConfig.cmake ${spdlog_DIR}/spdlogConfig.cmake ${Boost_DIR}/BoostConfig.cmake
   ${OPENSSL_INCLUDE_DIR}/openssl/ssl.h)
 if(Torch_FOUND)
   find_path(MUSTER_XXHASH_INCLUDE xxhash.h)
-  muster_owning_packages(torch_depends ${Torch_DIR}/TorchConfig.cmake
+  muster_owning_packages(torch_depends REQUIRED ${Torch_DIR}/TorchConfig.cmake
                          ${MUSTER_XXHASH_INCLUDE}/xxhash.h)
   list(APPEND dev_depends ${torch_depends})
 endif()
@@ -141,7 +160,6 @@ set(CPACK_COMPONENTS_ALL runtime dev)
 if(TARGET muster_nccl)
   # Packaged only where NCCL and the CUDA runtime come from Debian packages: elsewhere (a
   # CUDA toolkit in /usr/local/cuda) no Depends line could name them.
-  set(MUSTER_OWNERS_REQUIRED OFF)
   muster_owning_packages(nccl_library_owners ${NCCL_LIBRARY})
   muster_owning_packages(cudart_owners ${CUDART_LIBRARY})
   if(nccl_library_owners AND cudart_owners)
