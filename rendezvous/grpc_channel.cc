@@ -4,7 +4,7 @@
 #include <climits>
 #include <map>
 #include <mutex>
-#include <tuple>
+#include <utility>
 
 #include <unistd.h>
 
@@ -38,14 +38,13 @@ std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options) {
 }
 
 std::shared_ptr<grpc::Channel> sharedChannel(const ChannelOptions& options) {
-  // The process id too: a forked child cannot use its parent's channel.
-  using Key = std::tuple<pid_t, std::string, std::string, std::string, int64_t, int64_t, int64_t,
-                         int64_t>;
+  ChannelOptions own = options;
+  own.ownConnection = true;
+  // Every option, and the process id: a forked child cannot use its parent's channel.
+  using Key = std::pair<pid_t, ChannelOptions>;
   static std::mutex mu;
   static auto* open = new std::map<Key, std::weak_ptr<grpc::Channel>>();  // outlives exit
-  Key key{getpid(),           options.target,      options.tlsCaPem,          options.tlsServerName,
-          options.minBackoff.count(), options.maxBackoff.count(), options.connectTimeout.count(),
-          options.keepAlive.count()};
+  Key key{getpid(), own};
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = open->find(key); it != open->end()) {
     if (auto channel = it->second.lock()) return channel;
@@ -53,8 +52,6 @@ std::shared_ptr<grpc::Channel> sharedChannel(const ChannelOptions& options) {
   for (auto it = open->begin(); it != open->end();) {
     it = it->second.expired() ? open->erase(it) : std::next(it);
   }
-  ChannelOptions own = options;
-  own.ownConnection = true;
   auto channel = makeChannel(own);
   (*open)[key] = channel;
   return channel;

@@ -2,6 +2,7 @@
 // or TLS (a CA, and the name to check), and the reconnect and keep-alive tuning they share.
 #pragma once
 
+#include <compare>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,8 @@ struct ChannelOptions {
   // A channel of its own (its own TCP connection), not one shared with other channels to the
   // same target.
   bool ownConnection = true;
+
+  auto operator<=>(const ChannelOptions&) const = default;
 };
 
 std::shared_ptr<grpc::Channel> makeChannel(const ChannelOptions& options);

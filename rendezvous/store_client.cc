@@ -161,7 +161,7 @@ class Session {
   std::deque<pb::StoreRequest> takeUnacked() {
     std::lock_guard<std::mutex> lock(mu_);
     std::deque<pb::StoreRequest> out;
-    for (auto& [seq, request] : unacked_) out.push_back(std::move(request));
+    for (auto& kept : unacked_) out.push_back(std::move(kept.request));
     unacked_.clear();
     unackedBytes_ = 0;
     return out;
@@ -179,10 +179,11 @@ class Session {
       // Kept for the session after: this one (unless send kept it) and those not sent yet.
       std::lock_guard<std::mutex> out(outMu_);
       std::lock_guard<std::mutex> lock(mu_);
-      bool kept = !unacked_.empty() && unacked_.back().first == seq;
+      bool kept = !unacked_.empty() && unacked_.back().seq == seq;
       for (size_t j = kept ? i + 1 : i; j < requests.size(); ++j) {
-        unackedBytes_ += requests[j].ByteSizeLong();
-        unacked_.push_back({nextId_++, std::move(requests[j])});
+        size_t bytes = requests[j].ByteSizeLong();
+        unackedBytes_ += bytes;
+        unacked_.push_back({nextId_++, std::move(requests[j]), bytes});
       }
       if (!broken_) breakLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the stream ended"));
       return;
@@ -273,7 +274,7 @@ class Session {
         // replayed. The caller sends it on a new session.
         return false;
       } else {
-        unacked_.push_back({seq, queued});
+        unacked_.push_back({seq, queued, bytes});
         unackedBytes_ += bytes;
       }
     }
@@ -287,8 +288,8 @@ class Session {
   // Drops the quiet request `seq` from unacked_ (its caller sends it again).
   void forgetUnackedLocked(uint64_t seq) {
     for (auto it = unacked_.rbegin(); it != unacked_.rend(); ++it) {
-      if (it->first == seq) {
-        unackedBytes_ -= std::min(unackedBytes_, it->second.ByteSizeLong());
+      if (it->seq == seq) {
+        unackedBytes_ -= std::min(unackedBytes_, it->bytes);
         unacked_.erase(std::next(it).base());
         return;
       }
@@ -355,8 +356,8 @@ class Session {
     uint64_t seq = response.id() & ~kQuietBit;
     // Answered (a call), or refused (a quiet failure): the server has dealt with everything
     // this session sent before it.
-    while (!unacked_.empty() && unacked_.front().first <= seq) {
-      unackedBytes_ -= std::min(unackedBytes_, unacked_.front().second.ByteSizeLong());
+    while (!unacked_.empty() && unacked_.front().seq <= seq) {
+      unackedBytes_ -= std::min(unackedBytes_, unacked_.front().bytes);
       unacked_.pop_front();
     }
     if (response.id() & kQuietBit) {
@@ -393,7 +394,13 @@ class Session {
   absl::Status brokenStatus_;
   absl::Status deferred_;
   uint64_t nextId_ = 1;  // under outMu_ (replay: alone on the session)
-  std::deque<std::pair<uint64_t, pb::StoreRequest>> unacked_;  // sequence, request
+  // A quiet request kept until an answer proves it applied, with its size (counted once).
+  struct Kept {
+    uint64_t seq;
+    pb::StoreRequest request;
+    size_t bytes;
+  };
+  std::deque<Kept> unacked_;
   size_t unackedBytes_ = 0;
   std::string peer_;
   // The outbox. Lock order: outMu_, then mu_ (send); never mu_, then outMu_.

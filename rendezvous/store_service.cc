@@ -92,10 +92,10 @@ class StoreService::SessionState::Reactor final
       state_->deliver(seq, std::move(refused), false);
       return true;
     }
-    bool info = request.op_case() == pb::StoreRequest::kInfo;
-    auto id = state_->memory->execute(request, [weak, seq, quiet, info](pb::StoreResponse&& r) {
-      // Batching is this service's, not the store's: the session says so.
-      if (info && r.has_info()) r.mutable_info()->set_batching(true);
+    auto id = state_->memory->execute(request, [weak, seq, quiet](pb::StoreResponse&& r) {
+      // Batching is this service's, not the store's: the session says so (only an info
+      // request is answered with info).
+      if (r.has_info()) r.mutable_info()->set_batching(true);
       if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
     });
     bool cancelNow = false;
