@@ -15,6 +15,7 @@
 #include "rendezvous/store_client.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/store_service.h"
+#include "tests/support/store_server.h"
 #include "tests/support/tcp_proxy.h"
 
 namespace muster::rendezvous {
@@ -22,14 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A server on 127.0.0.1, on a free port unless `port` is given.
-std::unique_ptr<RendezvousServer> startServer(ServerOptions options = {}, int port = 0) {
-  options.host = "127.0.0.1";
-  options.port = port;
-  auto server = RendezvousServer::start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
-}
+using testing::eventually;
+using testing::startServer;
 
 absl::StatusOr<std::unique_ptr<StoreClient>> connectTo(const RendezvousServer& server,
                                                        ClientOptions options = {},
@@ -47,16 +42,6 @@ size_t threadCount() {
   return n;
 }
 
-// Bounded wait for state that the server changes on its own threads (a cancelled call's
-// clean-up has no event a client can see).
-bool eventually(const std::function<bool()>& condition, Millis timeout = Millis(10000)) {
-  auto deadline = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(Millis(2));
-  }
-  return true;
-}
 
 pb::StoreRequest getRequest(uint64_t id, const std::string& key, uint64_t timeoutMs) {
   pb::StoreRequest req;

@@ -15,20 +15,15 @@
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/store_service.h"
 #include "rendezvous/store_client.h"
+#include "tests/support/store_server.h"
 
 namespace muster::rendezvous {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<RendezvousServer> startServer() {
-  ServerOptions options;
-  options.host = "127.0.0.1";
-  options.port = 0;
-  auto server = RendezvousServer::start(options);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
-}
+using testing::eventually;
+using testing::startServer;
 
 pb::StoreRequest request(uint64_t id) {
   pb::StoreRequest r;
@@ -50,12 +45,7 @@ size_t openSockets() {
 
 // Bounded wait until `count` operations are parked in the server's store.
 bool eventuallyParked(const RendezvousServer& server, size_t count) {
-  auto deadline = Clock::now() + Millis(30000);
-  while (server.memory()->pendingWaiters() != count) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(Millis(2));
-  }
-  return true;
+  return eventually([&] { return server.memory()->pendingWaiters() == count; }, Millis(30000));
 }
 
 struct RawSession {

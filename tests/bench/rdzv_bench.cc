@@ -24,6 +24,7 @@
 #include "muster/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
+#include "tests/bench/bench_process.h"
 
 extern char** environ;
 namespace pb = muster::v1;
@@ -37,18 +38,8 @@ long long nowNs() {
   return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-pid_t spawn(const std::vector<std::string>& args, const std::string& out) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (!out.empty()) posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
+using muster::bench::cpuSeconds;
+using muster::bench::spawn;
 
 // A stub of the service at `target`, its channel connected (or 30 s spent trying).
 std::unique_ptr<pb::Rendezvous::Stub> connectStub(const std::string& target) {
@@ -158,14 +149,6 @@ void spawnAgents(const std::string& self, const std::vector<std::string>& args, 
     argv.insert(argv.end(), {"--first", std::to_string(lo), "--count", std::to_string(hi - lo)});
     pids.push_back(spawn(argv, outs.back()));
   }
-}
-
-// This process's CPU seconds (user and system) so far.
-double cpuSeconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
 }
 
 // Spawns the client processes and returns max(done) - min(start) in ms, or -1.

@@ -33,12 +33,15 @@
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/tcpstore_front.h"
 #include "rendezvous/tcpstore_wire.h"
+#include "tests/bench/bench_process.h"
 
 extern char** environ;
 
 namespace {
 
 using muster::Clock;
+using muster::bench::cpuSeconds;
+using muster::bench::spawn;
 using muster::deadlineAfter;
 using muster::Millis;
 namespace fs = std::filesystem;
@@ -207,15 +210,6 @@ std::unique_ptr<muster::rendezvous::RendezvousServer> startGrpc() {
   return std::move(*server);
 }
 
-// Starts this program with `args` (args[0] is its path); -1 when it cannot.
-pid_t spawnSelf(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  return pid;
-}
 
 // Nanoseconds since the epoch (simulated ranks in several processes share the clock).
 int64_t nowNs() {
@@ -241,12 +235,6 @@ std::unique_ptr<c10d::TCPStore> tcpStoreServer(std::chrono::seconds timeout) {
   return std::make_unique<c10d::TCPStore>("127.0.0.1", opts);
 }
 
-double cpuSeconds(int who) {
-  rusage usage{};
-  getrusage(who, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-}
 
 int runChild(const std::string& backend, const std::string& addr, int id, int clients,
              double seconds, int valueBytes, const std::string& out) {
@@ -291,7 +279,7 @@ Result runOnce(const std::string& self, const std::string& backend, const std::s
   double serverCpu0 = cpuSeconds(RUSAGE_SELF);
   std::vector<pid_t> pids;
   for (int i = 0; i < clients; ++i) {
-    pid_t pid = spawnSelf({self, "--child", "--backend", backend, "--addr", addr, "--id",
+    pid_t pid = spawn({self, "--child", "--backend", backend, "--addr", addr, "--id",
                            std::to_string(i), "--clients", std::to_string(clients), "--seconds",
                            std::to_string(seconds), "--value-bytes", std::to_string(valueBytes),
                            "--out", (dir / (backend + std::to_string(i))).string()});
@@ -503,7 +491,7 @@ double runStartup(const std::string& self, const std::string& backend, const std
   for (int p = 0; p < procs; ++p) {
     int first = world * p / procs, count = world * (p + 1) / procs - first;
     outs.push_back(dir / fmt::format("startup-{}-{}", backend, p));
-    pid_t pid = spawnSelf({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
+    pid_t pid = spawn({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
                            std::to_string(first), "--clients", std::to_string(count), "--world",
                            std::to_string(world), "--out", outs.back().string()});
     if (pid < 0) return -1;
