@@ -7,7 +7,7 @@
 
 namespace muster::rendezvous {
 
-bool hasToken(const grpc::CallbackServerContext* context, const std::string& token) {
+bool hasToken(const grpc::ServerContextBase* context, const std::string& token) {
   if (token.empty()) return true;
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(kTokenMetadataKey);
@@ -19,7 +19,7 @@ grpc::Status unauthenticated() {
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token (x-muster-token)");
 }
 
-bool TokenGate::admits(const grpc::CallbackServerContext* context) {
+bool TokenGate::admits(const grpc::ServerContextBase* context) {
   if (hasToken(context, token_)) return true;
   uint64_t count = ++rejected_;
   if (logLimit_.pass()) {

@@ -16,7 +16,7 @@ namespace muster::rendezvous {
 inline constexpr char kTokenMetadataKey[] = "x-muster-token";
 
 // Whether the call carries `token` (constant-time compare). An empty `token` admits every call.
-bool hasToken(const grpc::CallbackServerContext* context, const std::string& token);
+bool hasToken(const grpc::ServerContextBase* context, const std::string& token);
 
 // What a call without the token gets.
 grpc::Status unauthenticated();
@@ -26,10 +26,10 @@ grpc::Status unauthenticated();
 class TokenGate {
  public:
   explicit TokenGate(std::string token) : token_(std::move(token)) {}
-  bool admits(const grpc::CallbackServerContext* context);
+  bool admits(const grpc::ServerContextBase* context);
   // Whether the call carries the token, neither counted nor logged (a method open to all that
   // serves members more).
-  bool carries(const grpc::CallbackServerContext* context) const { return hasToken(context, token_); }
+  bool carries(const grpc::ServerContextBase* context) const { return hasToken(context, token_); }
   uint64_t rejected() const { return rejected_.load(); }
 
  private:

@@ -1,6 +1,8 @@
 // FrontDoor: the generic reactor that checks a call before it reads it, and Answer.
 #include "rendezvous/front_door.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "absl/status/statusor.h"
@@ -8,45 +10,116 @@
 
 namespace muster::rendezvous {
 
-class Answer::Reactor final : public grpc::ServerGenericBidiReactor {
+// One call on the async generic API, from its request to its end. Each event is a tag on the
+// call's completion queue; pending_ counts the operations not yet back (the request, then the
+// read, writes, finish and the done notification), and the last one back deletes the call.
+class Answer::Reactor {
  public:
-  // `read`: read the request; else the handler runs at once with an empty one.
-  Reactor(const FrontDoor::Handler* handler, std::string peer, std::shared_ptr<std::atomic<int64_t>> inFlight,
-          bool read)
-      : handler_(handler), answer_(new Answer(this, std::move(peer))), inFlight_(std::move(inFlight)) {
-    ++*inFlight_;
-    if (read) {
-      StartRead(&request_);
-    } else {
-      (*handler_)(request_, answer_);
-    }
+  // Requests the next call on `notify`; the call's own operations go to `callQueue`.
+  Reactor(FrontDoor& door, grpc::ServerCompletionQueue* notify, grpc::ServerCompletionQueue* callQueue)
+      : door_(door), notify_(notify), stream_(&context_) {
+    context_.AsyncNotifyWhenDone(&doneTag_);
+    door_.generic_.RequestCall(&context_, &stream_, callQueue, notify, &startedTag_);
   }
-  // A call refused before anything is read.
-  explicit Reactor(const grpc::Status& refusal) { Finish(refusal); }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      answer_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request"));
+  // Operations the answer starts, under its mutex.
+  void StartWrite(const grpc::ByteBuffer* bytes) {
+    ++pending_;
+    stream_.Write(*bytes, &writtenTag_);
+  }
+  void StartWriteAndFinish(const grpc::ByteBuffer* bytes, grpc::WriteOptions options, const grpc::Status& status) {
+    ++pending_;
+    stream_.WriteAndFinish(*bytes, options, status, &finishedTag_);
+  }
+  void Finish(const grpc::Status& status) {
+    ++pending_;
+    stream_.Finish(status, &finishedTag_);
+  }
+
+  // A completion queue's event.
+  static void proceed(void* tag, bool ok) {
+    auto* t = static_cast<Tag*>(tag);
+    (t->call->*(t->event))(ok);
+  }
+
+ private:
+  friend class Answer;
+  struct Tag {
+    Reactor* call;
+    void (Reactor::*event)(bool ok);
+  };
+
+  // The call's events come on its own queue's thread, but this one on the queue that was told
+  // of it: the done notification may come (the client left at once) while this still runs, so
+  // it waits for startMu_.
+  void started(bool ok) {
+    if (!ok) {  // the server is shutting down: no call, and no done notification
+      delete this;
       return;
     }
-    (*handler_)(request_, answer_);
-    request_.Clear();
+    door_.request(notify_);
+    std::unique_lock<std::mutex> lock(startMu_);
+    grpc::Status refusal;
+    bool read = false;
+    handler_ = door_.admit(context_, refusal, read);
+    if (handler_ == nullptr) {
+      Finish(refusal);
+    } else {
+      inFlight_ = door_.inFlight_;
+      ++*inFlight_;
+      answer_.reset(new Answer(this, context_.peer()));
+      if (read) {
+        ++pending_;
+        stream_.Read(&request_, &readTag_);
+      } else {
+        (*handler_)(request_, answer_);
+      }
+    }
+    lock.unlock();
+    release();
   }
-  void OnWriteDone(bool ok) override { answer_->written(ok); }
-  void OnCancel() override {
-    if (answer_) answer_->cancelled();
+  void read(bool ok) {
+    if (!ok) {
+      answer_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request"));
+    } else {
+      (*handler_)(request_, answer_);
+      request_.Clear();
+    }
+    release();
   }
-  void OnDone() override {
-    if (answer_) answer_->over();
+  void written(bool ok) {
+    answer_->written(ok);
+    release();
+  }
+  void finished(bool) { release(); }
+  void done(bool) {
+    { std::lock_guard<std::mutex> lock(startMu_); }  // started() is over
+    // At once, not when the call is over: a parked get or join whose client left must not take
+    // a key or a place in a round meanwhile.
+    if (answer_ && context_.IsCancelled()) answer_->cancelled();
+    release();
+  }
+  void release() {
+    if (answer_ ? !answer_->operationDone() : --pending_ > 0) return;
     if (inFlight_) --*inFlight_;
     delete this;
   }
 
- private:
+  FrontDoor& door_;
+  grpc::ServerCompletionQueue* notify_;
+  grpc::GenericServerContext context_;
+  grpc::GenericServerAsyncReaderWriter stream_;
+  grpc::ByteBuffer request_;
   const FrontDoor::Handler* handler_ = nullptr;
   std::shared_ptr<Answer> answer_;
   std::shared_ptr<std::atomic<int64_t>> inFlight_;
-  grpc::ByteBuffer request_;
+  std::mutex startMu_;
+  std::atomic<int> pending_{2};  // the request and the done notification
+  Tag startedTag_{this, &Reactor::started};
+  Tag readTag_{this, &Reactor::read};
+  Tag writtenTag_{this, &Reactor::written};
+  Tag finishedTag_{this, &Reactor::finished};
+  Tag doneTag_{this, &Reactor::done};
 };
 
 namespace {
@@ -163,16 +236,15 @@ void Answer::cancelled() {
     if (finished_ || clientGone_) return;
     hook = clientLeftLocked();
   }
-  // At once, not when the call is over: a parked get or join whose client left must not take a
-  // key or a place in a round meanwhile.
   if (hook) hook(true);
 }
 
-void Answer::over() {
+bool Answer::operationDone() {
   std::function<void(bool)> hook;
   bool gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (--reactor_->pending_ > 0) return false;
     reactor_ = nullptr;
     over_ = true;
     ending_ = true;
@@ -181,6 +253,7 @@ void Answer::over() {
     queue_.clear();
   }
   if (hook) hook(gone);
+  return true;
 }
 
 void FrontDoor::add(std::string method, Handler handler, bool guarded) {
@@ -192,21 +265,75 @@ void FrontDoor::close() {
   closed_ = true;
 }
 
-grpc::ServerGenericBidiReactor* FrontDoor::CreateReactor(grpc::GenericCallbackServerContext* context) {
-  auto it = methods_.find(context->method());
+const FrontDoor::Handler* FrontDoor::admit(grpc::GenericServerContext& context, grpc::Status& refusal,
+                                           bool& read) {
+  auto it = methods_.find(context.method());
   if (it == methods_.end()) {
-    return new Answer::Reactor(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                            fmt::format("no method {}", context->method())));
+    refusal = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, fmt::format("no method {}", context.method()));
+    return nullptr;
   }
-  if (it->second.guarded && !gate_.admits(context)) return new Answer::Reactor(unauthenticated());
-  bool read = it->second.guarded || gate_.carries(context);
+  if (it->second.guarded && !gate_.admits(&context)) {
+    refusal = unauthenticated();
+    return nullptr;
+  }
+  read = it->second.guarded || gate_.carries(&context);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) {
+    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+    return nullptr;
+  }
+  return &it->second.handler;
+}
+
+void FrontDoor::attach(grpc::ServerBuilder& builder, int queues) {
+  builder.RegisterAsyncGenericService(&generic_);
+  if (queues <= 0) queues = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 8u, 64u));
+  for (int i = 0; i < queues; ++i) queues_.push_back(builder.AddCompletionQueue());
+}
+
+void FrontDoor::request(grpc::ServerCompletionQueue* notify) {
+  // The call's operations go round the queues, whichever queue was told of it: a connection's
+  // calls are told on its own queue, and one busy connection would fill that queue alone.
+  auto* callQueue = queues_[next_.fetch_add(1, std::memory_order_relaxed) % queues_.size()].get();
+  std::lock_guard<std::mutex> lock(queuesMu_);
+  if (!queuesOpen_) return;
+  new Answer::Reactor(*this, notify, callQueue);
+}
+
+void FrontDoor::start() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) {
-      return new Answer::Reactor(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    std::lock_guard<std::mutex> lock(queuesMu_);
+    queuesOpen_ = true;
+  }
+  for (auto& queue : queues_) {
+    // Several requests ahead on each queue, for bursts of calls.
+    for (int i = 0; i < kRequestsAhead; ++i) request(queue.get());
+    threads_.emplace_back([cq = queue.get()] {
+      void* tag;
+      bool ok;
+      while (cq->Next(&tag, &ok)) Answer::Reactor::proceed(tag, ok);
+    });
+  }
+}
+
+void FrontDoor::stop() {
+  {
+    std::lock_guard<std::mutex> lock(queuesMu_);
+    if (stopped_) return;
+    stopped_ = true;
+    queuesOpen_ = false;
+  }
+  for (auto& queue : queues_) queue->Shutdown();
+  for (auto& thread : threads_) thread.join();
+  if (threads_.empty()) {  // never started: drain here
+    for (auto& queue : queues_) {
+      void* tag;
+      bool ok;
+      while (queue->Next(&tag, &ok)) Answer::Reactor::proceed(tag, ok);
     }
   }
-  return new Answer::Reactor(&it->second.handler, context->peer(), inFlight_, read);
 }
+
+FrontDoor::~FrontDoor() { stop(); }
 
 }  // namespace muster::rendezvous

@@ -2,9 +2,16 @@
 // and health. gRPC's typed unary and server-streaming methods read the whole request before
 // their handler runs, so a caller without the token could make the server hold the largest
 // message it accepts (a 1 GB call took rendezvousd from 17 MB to 2.6 GB before it was
-// refused). These methods are served through gRPC's generic callback API instead: the method
-// is looked up and the token checked from the call's metadata, and only an admitted call's
-// request is read.
+// refused). These methods are served through gRPC's generic API instead: the method is looked
+// up and the token checked from the call's metadata, and only an admitted call's request is
+// read.
+//
+// It is the async generic API, on several completion queues with a thread each, not the
+// callback API: every call waiting for its answer (a join until its round is complete, a get
+// until its key is set) keeps one operation outstanding on its queue, and Debian's libgrpc
+// (built with its debug checks) searches a queue's outstanding operations linearly on every
+// completion. On the callback API's one queue, 65,536 parked joins made that O(N^2): 30% of
+// the service's time in rdzv_bench. Here each queue holds 1/K of them.
 #pragma once
 
 #include <atomic>
@@ -15,6 +22,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <google/protobuf/message_lite.h>
 #include <grpcpp/generic/async_generic_service.h>
@@ -48,7 +57,9 @@ class Answer {
   // Reactor events.
   void written(bool ok);
   void cancelled();
-  void over();
+  // One of the call's operations came back: true when it was the last (the call is over; the
+  // reactor may go). Under mu_, so that no operation starts on a call that is going.
+  bool operationDone();
   void pumpLocked();
   // The client left: end the call; returns the hook to run (outside the lock).
   std::function<void(bool)> clientLeftLocked();
@@ -66,14 +77,15 @@ class Answer {
   std::string peer_;
 };
 
-// Thread-safety: add() before the server starts; the rest from any thread. Lifetime: outlives
-// the grpc::Server it is registered with.
-class FrontDoor final : public grpc::CallbackGenericService {
+// Thread-safety: add() and attach() before the server starts, start() after; the rest from
+// any thread. Lifetime: stop() (or the destructor) after the grpc::Server has shut down.
+class FrontDoor final {
  public:
   using Handler = std::function<void(grpc::ByteBuffer& request, std::shared_ptr<Answer> answer)>;
 
   // `gate`: the server's token check (shared with the streams it serves itself).
   explicit FrontDoor(TokenGate& gate) : gate_(gate) {}
+  ~FrontDoor();
 
   // Serves `method` ("/package.Service/Method"). `guarded`: only with the token. A method open
   // to all (health: probes carry no secret) reads the request only of a caller with the token;
@@ -102,9 +114,22 @@ class FrontDoor final : public grpc::CallbackGenericService {
   // Admitted calls not yet over.
   int64_t inFlight() const { return inFlight_->load(); }
 
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+  // Registers with `builder`: the generic service and `queues` completion queues (0: one per
+  // core, at least 8).
+  void attach(grpc::ServerBuilder& builder, int queues = 0);
+  // Once the server is built: a thread per queue, each with calls requested.
+  void start();
+  // Once the server has shut down: drains and closes the queues and joins their threads.
+  void stop();
 
  private:
+  friend class Answer::Reactor;
+  // A new call on one of the queues: admitted (the handler, reading first if `read`) or refused.
+  const Handler* admit(grpc::GenericServerContext& context, grpc::Status& refusal, bool& read);
+  // Requests the next call, told on `notify`.
+  void request(grpc::ServerCompletionQueue* notify);
+  static constexpr int kRequestsAhead = 8;
+
   struct Method {
     Handler handler;
     bool guarded = true;
@@ -114,6 +139,13 @@ class FrontDoor final : public grpc::CallbackGenericService {
   std::mutex mu_;
   bool closed_ = false;
   std::shared_ptr<std::atomic<int64_t>> inFlight_ = std::make_shared<std::atomic<int64_t>>(0);
+  grpc::AsyncGenericService generic_;
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  std::vector<std::thread> threads_;
+  std::atomic<size_t> next_{0};
+  std::mutex queuesMu_;
+  bool queuesOpen_ = false;  // requests may be made (the queues are not shut down)
+  bool stopped_ = false;
 };
 
 }  // namespace muster::rendezvous

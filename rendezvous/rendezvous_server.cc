@@ -177,12 +177,13 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   int selected = 0;
   builder.AddListeningPort(requested, credentials, &selected);
   builder.RegisterService(server->service_.get());
-  builder.RegisterCallbackGenericService(server->door_.get());
+  server->door_->attach(builder);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || selected == 0) {
     return absl::UnavailableError(fmt::format("cannot listen on {}: {}", requested,
                                               whyCannotBind(options.host, options.port)));
   }
+  server->door_->start();
   server->health_->setServing(true);
   server->port_ = selected;
   server->address_ = joinHostPort(options.host, selected);
@@ -215,6 +216,7 @@ void RendezvousServer::shutdown(Millis grace) {
   rendezvous_->shutdown();
   service_->closeAll();
   server_->Shutdown(std::chrono::system_clock::now() + grace);
+  door_->stop();
   logger()->log(announce_ ? spdlog::level::info : spdlog::level::debug,
                 "store on {} shut down ({} pending waits ended)", address_, pending);
 }

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -226,6 +228,112 @@ TEST(RendezvousServer, ClientThatDisconnectsMidWaitFreesItsWaiter) {
   auto status = stub->Call(&context, getRequest(1, "never", 0), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(eventually([&] { return server->memory()->pendingWaiters() == 0; }));
+}
+
+// One-request calls are served on several completion queues, each call's events on its own
+// queue's thread (FrontDoor). Thousands of unary gets park over four connections; half their
+// clients leave (some the moment they started), and each such waiter is dropped at once; the
+// other half are answered by sets; every call is over on both sides and nothing is left in
+// flight.
+TEST(RendezvousServer, ParkedUnaryCallsOverSeveralConnectionsEndOnceEach) {
+  auto server = startServer();
+  constexpr int kConnections = 4;
+  constexpr int kCalls = 2000;
+  std::vector<std::unique_ptr<pb::Store::Stub>> stubs;
+  for (int c = 0; c < kConnections; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
+    stubs.push_back(pb::Store::NewStub(
+        grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), args)));
+  }
+  struct Call {
+    grpc::ClientContext context;
+    pb::StoreRequest request;
+    pb::StoreResponse response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = kCalls;
+  auto startCall = [&](int i) {
+    auto call = std::make_unique<Call>();
+    call->request = getRequest(0, "key" + std::to_string(i), 60000);
+    call->request.set_ns("parked");
+    Call* p = call.get();
+    calls.push_back(std::move(call));
+    stubs[i % kConnections]->async()->Call(&p->context, &p->request, &p->response, [&, p](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      p->status = std::move(s);
+      if (--left == 0) cv.notify_all();
+    });
+  };
+  // Every fourth call is cancelled by its client as soon as it has started: its end may reach
+  // the server before the call itself has been looked at.
+  for (int i = 0; i < kCalls; ++i) {
+    startCall(i);
+    if (i % 4 == 1) calls.back()->context.TryCancel();
+  }
+  ASSERT_TRUE(eventually([&] { return server->memory()->pendingWaiters() == kCalls * 3 / 4; },
+                         Millis(60000)))
+      << server->memory()->pendingWaiters();
+  // The other odd ones leave while parked.
+  for (int i = 3; i < kCalls; i += 4) calls[i]->context.TryCancel();
+  ASSERT_TRUE(eventually([&] { return server->memory()->pendingWaiters() == kCalls / 2; }, Millis(60000)))
+      << server->memory()->pendingWaiters();
+  auto setter = connectTo(*server, {.ns = "parked"});
+  ASSERT_TRUE(setter.ok());
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < kCalls; i += 2) {
+    keys.push_back("key" + std::to_string(i));
+    values.push_back("value" + std::to_string(i));
+  }
+  ASSERT_TRUE((*setter)->multiSet(keys, values).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return left == 0; })) << left << " calls open";
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    if (i % 2 == 0) {
+      ASSERT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
+      EXPECT_EQ(calls[i]->response.value(), "value" + std::to_string(i));
+    } else {
+      EXPECT_EQ(calls[i]->status.error_code(), grpc::StatusCode::CANCELLED) << i;
+    }
+  }
+  EXPECT_EQ(server->memory()->pendingWaiters(), 0u);
+  EXPECT_TRUE(eventually([&] { return server->callsInFlight() == 0; })) << server->callsInFlight();
+}
+
+// Shutdown with unary calls parked: each ends UNAVAILABLE, and the server's queues drain.
+TEST(RendezvousServer, ShutdownEndsParkedUnaryCalls) {
+  auto server = startServer();
+  auto stub = pb::Store::NewStub(grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  constexpr int kCalls = 200;
+  std::vector<grpc::ClientContext> contexts(kCalls);
+  std::vector<pb::StoreRequest> requests(kCalls);
+  std::vector<pb::StoreResponse> responses(kCalls);
+  std::vector<grpc::Status> statuses(kCalls);
+  std::mutex mu;
+  std::condition_variable cv;
+  int left = kCalls;
+  for (int i = 0; i < kCalls; ++i) {
+    requests[i] = getRequest(0, "never", 60000);
+    stub->async()->Call(&contexts[i], &requests[i], &responses[i], [&, i](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      statuses[i] = std::move(s);
+      if (--left == 0) cv.notify_all();
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return server->memory()->pendingWaiters() == kCalls; }, Millis(30000)));
+  EXPECT_EQ(server->callsInFlight(), kCalls);
+  server->shutdown();
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return left == 0; }));
+  for (const auto& status : statuses) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  }
+  EXPECT_EQ(server->callsInFlight(), 0);
 }
 
 TEST(RendezvousServer, UnaryCallServesEveryOperation) {
