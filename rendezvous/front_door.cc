@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "absl/status/statusor.h"
+#include "common/log.h"
 #include "rendezvous/grpc_status.h"
 
 namespace muster::rendezvous {
@@ -18,8 +19,16 @@ class Answer::Reactor {
   // Requests the next call on `notify`; the call's own operations go to `callQueue`.
   Reactor(FrontDoor& door, grpc::ServerCompletionQueue* notify, grpc::ServerCompletionQueue* callQueue)
       : door_(door), notify_(notify), stream_(&context_) {
+    ++door_.live_;
     context_.AsyncNotifyWhenDone(&doneTag_);
     door_.generic_.RequestCall(&context_, &stream_, callQueue, notify, &startedTag_);
+  }
+
+  ~Reactor() {
+    if (--door_.live_ == 0) {
+      std::lock_guard<std::mutex> lock(door_.queuesMu_);
+      door_.liveCv_.notify_all();
+    }
   }
 
   // Operations the answer starts, under its mutex.
@@ -50,32 +59,39 @@ class Answer::Reactor {
   };
 
   // The call's events come on its own queue's thread, but this one on the queue that was told
-  // of it: the done notification may come (the client left at once) while this still runs, so
-  // it waits for startMu_.
+  // of it, where gRPC has already posted the done notification: that may come first (the client
+  // left at once), and then waits for this (doneEarly_).
   void started(bool ok) {
     if (!ok) {  // the server is shutting down: no call, and no done notification
       delete this;
       return;
     }
     door_.request(notify_);
-    std::unique_lock<std::mutex> lock(startMu_);
     grpc::Status refusal;
     bool read = false;
-    handler_ = door_.admit(context_, refusal, read);
-    if (handler_ == nullptr) {
-      Finish(refusal);
-    } else {
-      inFlight_ = door_.inFlight_;
-      ++*inFlight_;
-      answer_.reset(new Answer(this, context_.peer()));
-      if (read) {
-        ++pending_;
-        stream_.Read(&request_, &readTag_);
-      } else {
-        (*handler_)(request_, answer_);
+    const FrontDoor::Handler* handler = door_.admit(context_, refusal, read);
+    bool doneEarly;
+    {
+      std::lock_guard<std::mutex> lock(startMu_);
+      if (handler != nullptr) {
+        handler_ = handler;
+        inFlight_ = door_.inFlight_;
+        ++*inFlight_;
+        answer_.reset(new Answer(this, context_.peer()));
       }
+      begun_ = true;
+      doneEarly = doneEarly_;
     }
-    lock.unlock();
+    if (handler == nullptr) {
+      Finish(refusal);
+    } else if (read) {
+      ++pending_;
+      stream_.Read(&request_, &readTag_);
+    } else {
+      (*handler_)(request_, answer_);
+    }
+    // The done notification's share of pending_ is still held when it came early.
+    if (doneEarly) ended();
     release();
   }
   void read(bool ok) {
@@ -93,9 +109,18 @@ class Answer::Reactor {
   }
   void finished(bool) { release(); }
   void done(bool) {
-    { std::lock_guard<std::mutex> lock(startMu_); }  // started() is over
-    // At once, not when the call is over: a parked get or join whose client left must not take
-    // a key or a place in a round meanwhile.
+    {
+      std::lock_guard<std::mutex> lock(startMu_);
+      if (!begun_) {
+        doneEarly_ = true;  // started() will call ended()
+        return;
+      }
+    }
+    ended();
+  }
+  // The call is over on gRPC's side. A parked get or join whose client left must let go of its
+  // key or its place in a round at once, not when the call's last operation is back.
+  void ended() {
     if (answer_ && context_.IsCancelled()) answer_->cancelled();
     release();
   }
@@ -114,6 +139,8 @@ class Answer::Reactor {
   std::shared_ptr<Answer> answer_;
   std::shared_ptr<std::atomic<int64_t>> inFlight_;
   std::mutex startMu_;
+  bool begun_ = false;      // started() has set the call up (under startMu_)
+  bool doneEarly_ = false;  // the done notification came before that (under startMu_)
   std::atomic<int> pending_{2};  // the request and the done notification
   Tag startedTag_{this, &Reactor::started};
   Tag readTag_{this, &Reactor::read};
@@ -123,6 +150,11 @@ class Answer::Reactor {
 };
 
 namespace {
+
+auto logger() {
+  static auto logger = log::get("store");
+  return logger;
+}
 
 absl::StatusOr<grpc::ByteBuffer> serialize(const google::protobuf::MessageLite& message) {
   grpc::ByteBuffer bytes;
@@ -318,14 +350,20 @@ void FrontDoor::start() {
 
 void FrontDoor::stop() {
   {
-    std::lock_guard<std::mutex> lock(queuesMu_);
+    std::unique_lock<std::mutex> lock(queuesMu_);
     if (stopped_) return;
     stopped_ = true;
     queuesOpen_ = false;
+    // Every call's last operation back before the queues close: an answer may still start one
+    // (a finish for a client that left), and gRPC aborts on an operation for a closed queue.
+    // The server has shut down, so the requests still waiting fail and every call has ended.
+    while (!liveCv_.wait_for(lock, std::chrono::seconds(5), [&] { return live_.load() == 0; })) {
+      logger()->warn("{} call(s) of the front door still being wound up", live_.load());
+    }
   }
   for (auto& queue : queues_) queue->Shutdown();
   for (auto& thread : threads_) thread.join();
-  if (threads_.empty()) {  // never started: drain here
+  if (threads_.empty()) {  // never started: nothing was asked of the queues; drain them here
     for (auto& queue : queues_) {
       void* tag;
       bool ok;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -115,7 +116,7 @@ class FrontDoor final {
   int64_t inFlight() const { return inFlight_->load(); }
 
   // Registers with `builder`: the generic service and `queues` completion queues (0: one per
-  // core, at least 8).
+  // core, from 8 to 64).
   void attach(grpc::ServerBuilder& builder, int queues = 0);
   // Once the server is built: a thread per queue, each with calls requested.
   void start();
@@ -146,6 +147,8 @@ class FrontDoor final {
   std::mutex queuesMu_;
   bool queuesOpen_ = false;  // requests may be made (the queues are not shut down)
   bool stopped_ = false;
+  std::atomic<int64_t> live_{0};  // Reactors: calls and requests for one
+  std::condition_variable liveCv_;
 };
 
 }  // namespace muster::rendezvous
