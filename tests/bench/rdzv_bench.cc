@@ -40,6 +40,8 @@ long long nowNs() {
 
 using muster::bench::cpuSeconds;
 using muster::bench::spawn;
+using muster::bench::startWhenReady;
+using muster::bench::waitForStart;
 
 // A stub of the service at `target`, its channel connected (or 30 s spent trying).
 std::unique_ptr<pb::Rendezvous::Stub> connectStub(const std::string& target) {
@@ -49,7 +51,8 @@ std::unique_ptr<pb::Rendezvous::Stub> connectStub(const std::string& target) {
 }
 
 // A client process: `count` agents, each one async Join; prints "<start> <done>" per agent.
-int child(const std::string& target, const std::string& run, int nodes, int first, int count) {
+int child(const std::string& target, const std::string& run, int nodes, int first, int count,
+          const std::string& ready) {
   auto stub = connectStub(target);
   struct Call {
     grpc::ClientContext context;
@@ -78,6 +81,7 @@ int child(const std::string& target, const std::string& run, int nodes, int firs
     c->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
     calls.push_back(std::move(c));
   }
+  waitForStart(ready);
   for (auto& c : calls) {
     Call* p = c.get();
     p->start = nowNs();
@@ -100,8 +104,9 @@ int child(const std::string& target, const std::string& run, int nodes, int firs
 // A client process: `rounds` heartbeats for each of `count` agents of a running round, as
 // many in flight as agents (gRPC's async API); prints "<start> <done>" (the whole process's).
 int heartbeats(const std::string& target, const std::string& run, int first, int count,
-               int rounds) {
+               int rounds, const std::string& ready) {
   auto stub = connectStub(target);
+  waitForStart(ready);
   struct Call {
     grpc::ClientContext context;
     pb::HeartbeatRequest request;
@@ -137,17 +142,26 @@ int heartbeats(const std::string& target, const std::string& run, int first, int
 }
 
 // Spawns `procs` client processes of this program for agents 0..n-1, split evenly: each gets
-// `args` then --first and --count, and writes to `<dir>/<prefix>-<p>`.
+// `args` then --first, --count and --ready, and writes to `<dir>/<prefix>-<p>`. They start
+// their agents together, once every one is loaded and connected (a process that ends first
+// leaves them waiting: they are killed, and collect() reports the failure).
 void spawnAgents(const std::string& self, const std::vector<std::string>& args, int n, int procs,
                  const fs::path& dir, const std::string& prefix, std::vector<pid_t>& pids,
                  std::vector<std::string>& outs) {
+  std::vector<std::string> readies;
   for (int p = 0; p < procs; ++p) {
     int lo = n * p / procs, hi = n * (p + 1) / procs;
     outs.push_back((dir / fmt::format("{}-{}", prefix, p)).string());
+    readies.push_back(outs.back() + ".ready");
+    fs::remove(readies.back());
     std::vector<std::string> argv{self};
     argv.insert(argv.end(), args.begin(), args.end());
-    argv.insert(argv.end(), {"--first", std::to_string(lo), "--count", std::to_string(hi - lo)});
-    pids.push_back(spawn(argv, outs.back()));
+    argv.insert(argv.end(), {"--first", std::to_string(lo), "--count", std::to_string(hi - lo),
+                             "--ready", readies.back()});
+    pids.push_back(spawn(argv, outs.back(), true));
+  }
+  if (!startWhenReady(pids, readies)) {
+    for (pid_t pid : pids) kill(pid, SIGKILL);
   }
 }
 
@@ -249,6 +263,8 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes)->group("");
   app.add_option("--first", first)->group("");
   app.add_option("--count", count)->group("");
+  std::string ready;
+  app.add_option("--ready", ready)->group("");
   int heartbeatRounds = 0;
   app.add_option("--heartbeats", heartbeatRounds)->group("");
   app.add_option("--sizes", sizes, "agent counts")->delimiter(',');
@@ -261,9 +277,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   muster::log::setLevel("warn");
   if (!childTarget.empty() && heartbeatRounds > 0) {
-    return heartbeats(childTarget, run, first, count, heartbeatRounds);
+    return heartbeats(childTarget, run, first, count, heartbeatRounds, ready);
   }
-  if (!childTarget.empty()) return child(childTarget, run, nodes, first, count);
+  if (!childTarget.empty()) return child(childTarget, run, nodes, first, count, ready);
   if (!victimTarget.empty()) return victim(victimTarget, run);
 
   std::string self = fs::read_symlink("/proc/self/exe").string();

@@ -42,6 +42,8 @@ namespace {
 using muster::Clock;
 using muster::bench::cpuSeconds;
 using muster::bench::spawn;
+using muster::bench::startWhenReady;
+using muster::bench::waitForStart;
 using muster::deadlineAfter;
 using muster::Millis;
 namespace fs = std::filesystem;
@@ -331,8 +333,16 @@ int runStartupChild(const std::string& backend, const std::string& addr, int fir
   std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(count));
+  // The ranks' threads exist before the start line; they go together once it is crossed.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return go; });
+      }
       int rank = first + i;
       times[static_cast<size_t>(i)].first = nowNs();
       try {
@@ -349,13 +359,20 @@ int runStartupChild(const std::string& backend, const std::string& addr, int fir
       }
     });
   }
+  waitForStart(out + ".ready");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+  }
+  cv.notify_all();
   for (auto& t : threads) t.join();
   return writeTimes(out, times);
 }
 
 // The same start-up for `count` ranks of the gRPC store without a thread each: every rank is
 // one Session stream driven by gRPC's callback API, all on one connection, each operation
-// answered before the next (the set too). Writes each rank's start and end.
+// answered before the next but the sets, which are quiet (write-behind) as StoreClient's.
+// Writes each rank's start and end.
 int runAsyncStartupChild(const std::string& addr, int first, int count, int world,
                          const std::string& out) {
   namespace pb = muster::v1;
@@ -375,10 +392,12 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
       StartCall();
     }
     void OnWriteDone(bool ok) override {
-      if (ok) {
-        StartRead(&response_);
-      } else {
+      if (!ok) {
         fail("write failed");
+      } else if (request_.quiet()) {
+        next();  // answered only if it fails, as muster's StoreClient sends its sets
+      } else {
+        StartRead(&response_);
       }
     }
     void OnReadDone(bool ok) override {
@@ -397,7 +416,8 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
       ~Gone() { fn(); }
     } gone_;
     // The next operation: set its address, get rank 0's, add to the barrier (the last sets
-    // go), wait for go; then half-close.
+    // go), wait for go; then half-close. Sets are quiet (write-behind), as StoreClient's: the
+    // get or wait after one shows it has been applied.
     void next() {
       request_.Clear();
       request_.set_ns("bench");
@@ -406,6 +426,7 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
         case 1:
           request_.mutable_set()->set_key("addr/" + std::to_string(rank_));
           request_.mutable_set()->set_value("10.0.0.1:29500");
+          request_.set_quiet(true);
           break;
         case 2:
           request_.mutable_get()->set_key("addr/0");
@@ -419,6 +440,7 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
           if (go_) {
             request_.mutable_set()->set_key("go");
             request_.mutable_set()->set_value("1");
+            request_.set_quiet(true);
             break;
           }
           ++step_;
@@ -447,6 +469,7 @@ int runAsyncStartupChild(const std::string& addr, int first, int count, int worl
     std::function<void(bool, const std::string&)> done_;
   };
   std::vector<std::pair<int64_t, int64_t>> times(static_cast<size_t>(count));
+  waitForStart(out + ".ready");
   for (int i = 0; i < count; ++i) {
     times[static_cast<size_t>(i)].first = nowNs();
     auto* rank = new Rank(
@@ -488,17 +511,25 @@ double runStartup(const std::string& self, const std::string& backend, const std
                   int world, int procs, const fs::path& dir) {
   std::vector<pid_t> pids;
   std::vector<fs::path> outs;
+  std::vector<std::string> readies;
   for (int p = 0; p < procs; ++p) {
     int first = world * p / procs, count = world * (p + 1) / procs - first;
     outs.push_back(dir / fmt::format("startup-{}-{}", backend, p));
+    readies.push_back(outs.back().string() + ".ready");
+    fs::remove(readies.back());
     pid_t pid = spawn({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
                            std::to_string(first), "--clients", std::to_string(count), "--world",
-                           std::to_string(world), "--out", outs.back().string()});
+                           std::to_string(world), "--out", outs.back().string()},
+                      "", true);
     if (pid < 0) return -1;
     pids.push_back(pid);
   }
+  // The ranks start once every process is loaded and ready.
+  bool ok = startWhenReady(pids, readies);
+  if (!ok) {
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+  }
   // A rank that fails ends the run: the others would wait for it at the barrier for good.
-  bool ok = true;
   for (size_t left = pids.size(); left > 0; --left) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, 0);
