@@ -31,7 +31,11 @@ class Answer::Reactor {
     }
   }
 
-  // Operations the answer starts, under its mutex.
+  // Operations the answer starts, under its mutex, or a stream's reactor.
+  void StartRead(grpc::ByteBuffer* into) {
+    ++pending_;
+    stream_.Read(into, &readTag_);
+  }
   void StartWrite(const grpc::ByteBuffer* bytes) {
     ++pending_;
     stream_.Write(*bytes, &writtenTag_);
@@ -53,6 +57,7 @@ class Answer::Reactor {
 
  private:
   friend class Answer;
+  friend class StreamReactor;
   struct Tag {
     Reactor* call;
     void (Reactor::*event)(bool ok);
@@ -69,12 +74,16 @@ class Answer::Reactor {
     door_.request(notify_);
     grpc::Status refusal;
     bool read = false;
-    const FrontDoor::Handler* handler = door_.admit(context_, refusal, read);
+    const FrontDoor::Method* method = door_.admit(context_, refusal, read);
     bool doneEarly;
     {
       std::lock_guard<std::mutex> lock(startMu_);
-      if (handler != nullptr) {
-        handler_ = handler;
+      if (method != nullptr && method->stream) {
+        streamReactor_ = method->stream(context_);
+        streamReactor_->call_ = this;
+        ++pending_;  // Finish's return, which OnDone comes after
+      } else if (method != nullptr) {
+        handler_ = &method->handler;
         inFlight_ = door_.inFlight_;
         ++*inFlight_;
         answer_.reset(new Answer(this, context_.peer()));
@@ -82,8 +91,10 @@ class Answer::Reactor {
       begun_ = true;
       doneEarly = doneEarly_;
     }
-    if (handler == nullptr) {
+    if (method == nullptr) {
       Finish(refusal);
+    } else if (streamReactor_ != nullptr) {
+      streamReactor_->OnStart();
     } else if (read) {
       ++pending_;
       stream_.Read(&request_, &readTag_);
@@ -95,7 +106,9 @@ class Answer::Reactor {
     release();
   }
   void read(bool ok) {
-    if (!ok) {
+    if (streamReactor_ != nullptr) {
+      streamReactor_->OnReadDone(ok);
+    } else if (!ok) {
       answer_->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call carried no request"));
     } else {
       (*handler_)(request_, answer_);
@@ -104,10 +117,17 @@ class Answer::Reactor {
     release();
   }
   void written(bool ok) {
-    answer_->written(ok);
+    if (streamReactor_ != nullptr) {
+      streamReactor_->OnWriteDone(ok);
+    } else {
+      answer_->written(ok);
+    }
     release();
   }
-  void finished(bool) { release(); }
+  void finished(bool) {
+    if (streamReactor_ != nullptr) release();  // the share held for Finish's return
+    release();
+  }
   void done(bool) {
     {
       std::lock_guard<std::mutex> lock(startMu_);
@@ -121,11 +141,18 @@ class Answer::Reactor {
   // The call is over on gRPC's side. A parked get or join whose client left must let go of its
   // key or its place in a round at once, not when the call's last operation is back.
   void ended() {
-    if (answer_ && context_.IsCancelled()) answer_->cancelled();
+    if (context_.IsCancelled()) {
+      if (streamReactor_ != nullptr) {
+        streamReactor_->OnCancel();
+      } else if (answer_) {
+        answer_->cancelled();
+      }
+    }
     release();
   }
   void release() {
     if (answer_ ? !answer_->operationDone() : --pending_ > 0) return;
+    if (streamReactor_ != nullptr) streamReactor_->OnDone();
     if (inFlight_) --*inFlight_;
     delete this;
   }
@@ -136,7 +163,8 @@ class Answer::Reactor {
   grpc::GenericServerAsyncReaderWriter stream_;
   grpc::ByteBuffer request_;
   const FrontDoor::Handler* handler_ = nullptr;
-  std::shared_ptr<Answer> answer_;
+  std::shared_ptr<Answer> answer_;  // a one-request call's
+  StreamReactor* streamReactor_ = nullptr;  // or a stream's
   std::shared_ptr<std::atomic<int64_t>> inFlight_;
   std::mutex startMu_;
   bool begun_ = false;      // started() has set the call up (under startMu_)
@@ -289,16 +317,41 @@ bool Answer::operationDone() {
 }
 
 void FrontDoor::add(std::string method, Handler handler, bool guarded) {
-  methods_[std::move(method)] = Method{std::move(handler), guarded};
+  methods_[std::move(method)] = Method{std::move(handler), nullptr, guarded};
 }
+
+void FrontDoor::addStream(std::string method, StreamFactory factory) {
+  methods_[std::move(method)] = Method{nullptr, std::move(factory), true};
+}
+
+void StreamReactor::StartRead() { call_->StartRead(&read_); }
+
+bool StreamReactor::readInto(google::protobuf::MessageLite& message) {
+  return grpc::SerializationTraits<google::protobuf::MessageLite>::Deserialize(&read_, &message).ok();
+}
+
+void StreamReactor::StartWrite(const google::protobuf::MessageLite& message) {
+  auto bytes = serialize(message);
+  if (!bytes.ok()) {
+    // Not to be: a message past 2 GiB. The call is cancelled, so the write fails (OnWriteDone).
+    logger()->error("{}", std::string(bytes.status().message()));
+    call_->context_.TryCancel();
+    grpc::ByteBuffer nothing;
+    call_->StartWrite(&nothing);
+    return;
+  }
+  call_->StartWrite(&*bytes);
+}
+
+void StreamReactor::Finish(const grpc::Status& status) { call_->Finish(status); }
 
 void FrontDoor::close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
 }
 
-const FrontDoor::Handler* FrontDoor::admit(grpc::GenericServerContext& context, grpc::Status& refusal,
-                                           bool& read) {
+const FrontDoor::Method* FrontDoor::admit(grpc::GenericServerContext& context, grpc::Status& refusal,
+                                          bool& read) {
   auto it = methods_.find(context.method());
   if (it == methods_.end()) {
     refusal = grpc::Status(grpc::StatusCode::UNIMPLEMENTED, fmt::format("no method {}", context.method()));
@@ -314,7 +367,7 @@ const FrontDoor::Handler* FrontDoor::admit(grpc::GenericServerContext& context, 
     refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
     return nullptr;
   }
-  return &it->second.handler;
+  return &it->second;
 }
 
 void FrontDoor::attach(grpc::ServerBuilder& builder, int queues) {

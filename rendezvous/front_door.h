@@ -53,6 +53,7 @@ class Answer {
 
  private:
   friend class FrontDoor;
+  friend class StreamReactor;
   class Reactor;
   Answer(Reactor* reactor, std::string peer) : reactor_(reactor), peer_(std::move(peer)) {}
   // Reactor events.
@@ -78,11 +79,43 @@ class Answer {
   std::string peer_;
 };
 
+// A bidirectional stream served by the FrontDoor (the store's Session): the shape of gRPC's
+// callback reactor over the async API. Operations may be started from any thread, one read
+// and one write at a time and Finish once; every stream must Finish, even after OnCancel.
+// OnDone comes last, once Finish is back and the call is over; it may delete the reactor.
+class StreamReactor {
+ public:
+  virtual ~StreamReactor() = default;
+
+  // Reads the next message; OnReadDone, then readInto takes it.
+  void StartRead();
+  // The message last read; false when it does not parse.
+  bool readInto(google::protobuf::MessageLite& message);
+  // Writes `message` (serialized now); OnWriteDone.
+  void StartWrite(const google::protobuf::MessageLite& message);
+  void Finish(const grpc::Status& status);
+
+  // The call is admitted: the first operations start here, not in the constructor.
+  virtual void OnStart() = 0;
+  virtual void OnReadDone(bool ok) = 0;
+  virtual void OnWriteDone(bool ok) = 0;
+  // The client left (or the call was cancelled); Finish is still due.
+  virtual void OnCancel() {}
+  virtual void OnDone() = 0;
+
+ private:
+  friend class Answer;
+  Answer::Reactor* call_ = nullptr;
+  grpc::ByteBuffer read_;
+};
+
 // Thread-safety: add() and attach() before the server starts, start() after; the rest from
 // any thread. Lifetime: stop() (or the destructor) after the grpc::Server has shut down.
 class FrontDoor final {
  public:
   using Handler = std::function<void(grpc::ByteBuffer& request, std::shared_ptr<Answer> answer)>;
+  // Makes the reactor of an admitted stream (its metadata in `context`).
+  using StreamFactory = std::function<StreamReactor*(const grpc::GenericServerContext& context)>;
 
   // `gate`: the server's token check (shared with the streams it serves itself).
   explicit FrontDoor(TokenGate& gate) : gate_(gate) {}
@@ -110,9 +143,13 @@ class FrontDoor final {
     }, guarded);
   }
 
+  // Serves the bidirectional stream `method`, only with the token: nothing is read before the
+  // token is checked.
+  void addStream(std::string method, StreamFactory factory);
+
   // Calls that arrive from now on end UNAVAILABLE.
   void close();
-  // Admitted calls not yet over.
+  // Admitted one-request calls not yet over (streams are not counted).
   int64_t inFlight() const { return inFlight_->load(); }
 
   // Registers with `builder`: the generic service and `queues` completion queues (0: one per
@@ -125,16 +162,17 @@ class FrontDoor final {
 
  private:
   friend class Answer::Reactor;
-  // A new call on one of the queues: admitted (the handler, reading first if `read`) or refused.
-  const Handler* admit(grpc::GenericServerContext& context, grpc::Status& refusal, bool& read);
+  struct Method {
+    Handler handler;       // a one-request method
+    StreamFactory stream;  // or a stream
+    bool guarded = true;
+  };
+  // A new call on one of the queues: admitted (reading first if `read`) or refused.
+  const Method* admit(grpc::GenericServerContext& context, grpc::Status& refusal, bool& read);
   // Requests the next call, told on `notify`.
   void request(grpc::ServerCompletionQueue* notify);
   static constexpr int kRequestsAhead = 8;
 
-  struct Method {
-    Handler handler;
-    bool guarded = true;
-  };
   TokenGate& gate_;
   std::map<std::string, Method, std::less<>> methods_;
   std::mutex mu_;

@@ -126,7 +126,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   server->door_ = std::make_unique<FrontDoor>(*server->gate_);
   server->health_ = std::make_unique<HealthService>(
       std::vector<std::string>{"muster.v1.Store", "muster.v1.Rendezvous"});
-  server->service_ = std::make_unique<StoreService>(server->memory_, *server->gate_);
+  server->service_ = std::make_unique<StoreService>(server->memory_);
   server->rendezvous_ = std::make_unique<RendezvousService>(options.standalone, options.retention);
   if (options.standalone) {
     // A run the service forgets has no node left: what it left in the store goes with it.
@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
     });
   }
   server->health_->serve(*server->door_);
-  server->service_->serveCalls(*server->door_);
+  server->service_->serve(*server->door_);
   server->rendezvous_->serve(*server->door_);
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -182,7 +182,6 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   std::string requested = joinHostPort(options.host, options.port);
   int selected = 0;
   builder.AddListeningPort(requested, credentials, &selected);
-  builder.RegisterService(server->service_.get());
   server->door_->attach(builder);
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || selected == 0) {

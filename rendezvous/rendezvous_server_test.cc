@@ -2,6 +2,7 @@
 // health, shutdown and reconnect, all against a real server on 127.0.0.1:0.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
@@ -334,6 +335,37 @@ TEST(RendezvousServer, ShutdownEndsParkedUnaryCalls) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
   }
   EXPECT_EQ(server->callsInFlight(), 0);
+}
+
+// Bytes that are no StoreRequest on a session: the session ends INVALID_ARGUMENT, saying so,
+// and the server goes on serving.
+TEST(RendezvousServer, ASessionRequestThatDoesNotParseEndsTheSession) {
+  auto server = startServer();
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext context;
+  grpc::CompletionQueue cq;
+  auto stream = generic.PrepareCall(&context, "/muster.v1.Store/Session", &cq);
+  void* tag;
+  bool ok;
+  stream->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::Slice garbage(std::string("\xff\xff\xff\xff not a protobuf"));
+  grpc::ByteBuffer bytes(&garbage, 1);
+  stream->Write(bytes, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::Status status;
+  stream->Finish(&status, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("does not parse"), std::string::npos) << status.error_message();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  auto client = connectTo(*server, {.ns = "after"});
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->set("k", "v").ok());
+  EXPECT_EQ(*(*client)->get("k", deadlineAfter(Millis(10000))), "v");
 }
 
 TEST(RendezvousServer, UnaryCallServesEveryOperation) {

@@ -1,4 +1,5 @@
-// StoreService: the Session reactor over the MemoryStore, and the unary Call behind the FrontDoor.
+// StoreService: the Session stream over the MemoryStore, and the unary Call, both behind the
+// FrontDoor.
 #include "rendezvous/store_service.h"
 
 #include <fmt/format.h>
@@ -46,18 +47,26 @@ class StoreService::SessionState {
   void pumpLocked();
 };
 
-class StoreService::SessionState::Reactor final
-    : public grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse> {
+class StoreService::SessionState::Reactor final : public StreamReactor {
  public:
-  Reactor(std::shared_ptr<SessionState> state, StoreService* service)
-      : state_(std::move(state)), service_(service) {
+  // `closed`: the service is shutting down; the session ends at once.
+  Reactor(std::shared_ptr<SessionState> state, StoreService* service, bool closed)
+      : state_(std::move(state)), service_(service), closed_(closed) {
     state_->reactor = this;
-    StartRead(&request_);
+  }
+
+  void OnStart() override {
+    StartRead();
+    if (closed_) state_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       state_->close(grpc::Status::OK);
+      return;
+    }
+    if (!readInto(request_)) {
+      state_->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a request on the session does not parse"));
       return;
     }
     // The request, then those batched with it, in order. The batch is taken off first: the
@@ -68,7 +77,7 @@ class StoreService::SessionState::Reactor final
     for (const auto& more : batch) {
       if (!apply(more, true)) return;
     }
-    StartRead(&request_);
+    StartRead();
   }
 
   // Hands one request to the store; false once the session is closing (nothing more is read:
@@ -141,6 +150,7 @@ class StoreService::SessionState::Reactor final
  private:
   std::shared_ptr<SessionState> state_;
   StoreService* service_;
+  bool closed_;
   pb::StoreRequest request_;
 };
 
@@ -215,7 +225,7 @@ void StoreService::SessionState::pumpLocked() {
       }
       queue.push_front(std::move(first));
     }
-    reactor->StartWrite(&queue.front());
+    reactor->StartWrite(queue.front());
     return;
   }
   if (closing && !writing && queue.empty() && parked.empty()) {
@@ -224,12 +234,13 @@ void StoreService::SessionState::pumpLocked() {
   }
 }
 
-StoreService::StoreService(std::shared_ptr<MemoryStore> memory, TokenGate& gate)
-    : memory_(std::move(memory)), gate_(gate) {}
+StoreService::StoreService(std::shared_ptr<MemoryStore> memory) : memory_(std::move(memory)) {}
 
 StoreService::~StoreService() = default;
 
-void StoreService::serveCalls(FrontDoor& door) {
+void StoreService::serve(FrontDoor& door) {
+  door.addStream("/muster.v1.Store/Session",
+                 [this](const grpc::GenericServerContext& context) { return session(context); });
   door.add<pb::StoreRequest>("/muster.v1.Store/Call", [memory = memory_](const pb::StoreRequest& request,
                                                                           std::shared_ptr<Answer> answer) {
     auto id = memory->execute(request, [answer](pb::StoreResponse&& response) {
@@ -246,30 +257,18 @@ void StoreService::serveCalls(FrontDoor& door) {
   });
 }
 
-grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* StoreService::Session(
-    grpc::CallbackServerContext* context) {
-  if (!gate_.admits(context)) {
-    class Reject final : public grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse> {
-     public:
-      Reject() { Finish(unauthenticated()); }
-      void OnDone() override { delete this; }
-    };
-    return new Reject();
-  }
+StreamReactor* StoreService::session(const grpc::GenericServerContext& context) {
   auto state = std::make_shared<SessionState>();
   state->memory = memory_;
-  auto asked = context->client_metadata().find(kBatchMetadataKey);
-  state->batchAnswers =
-      asked != context->client_metadata().end() && asked->second == grpc::string_ref("1");
+  auto asked = context.client_metadata().find(kBatchMetadataKey);
+  state->batchAnswers = asked != context.client_metadata().end() && asked->second == grpc::string_ref("1");
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed = closed_;
     sessions_.insert(state);
   }
-  auto* reactor = new SessionState::Reactor(state, this);
-  if (closed) state->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
-  return reactor;
+  return new SessionState::Reactor(state, this, closed);
 }
 
 void StoreService::forget(const std::shared_ptr<SessionState>& state) {

@@ -1,7 +1,6 @@
-// The gRPC face of a MemoryStore: muster.v1.Store's Session on the callback API (a stream reads
-// nothing before its token is checked), its unary Call through the FrontDoor. Blocked
-// operations hold no thread: a call finishes when the key arrives, the deadline passes or the
-// client leaves.
+// The gRPC face of a MemoryStore: muster.v1.Store's Session stream and its unary Call, both
+// through the FrontDoor (nothing is read before the token is checked). Blocked operations hold
+// no thread: a call finishes when the key arrives, the deadline passes or the client leaves.
 #pragma once
 
 #include <atomic>
@@ -11,25 +10,20 @@
 #include <string>
 
 #include "muster/v1/store.grpc.pb.h"
-#include "rendezvous/auth.h"
 #include "rendezvous/front_door.h"
 #include "rendezvous/memory_store.h"
 
 namespace muster::rendezvous {
 
-// Thread-safety: gRPC calls it from its own threads; closeAll() may be called from any thread.
+// Thread-safety: the FrontDoor calls it from its threads; closeAll() may be called from any thread.
 // Lifetime: must outlive the grpc::Server it is registered with.
-class StoreService final
-    : public pb::Store::WithGenericMethod_Call<pb::Store::WithCallbackMethod_Session<pb::Store::Service>> {
+class StoreService final {
  public:
-  // `gate`: the server's token check, shared with its FrontDoor.
-  StoreService(std::shared_ptr<MemoryStore> memory, TokenGate& gate);
-  ~StoreService() override;
+  explicit StoreService(std::shared_ptr<MemoryStore> memory);
+  ~StoreService();
 
-  // Serves Call through `door` (which checks the token).
-  void serveCalls(FrontDoor& door);
-  grpc::ServerBidiReactor<pb::StoreRequest, pb::StoreResponse>* Session(
-      grpc::CallbackServerContext* context) override;
+  // Serves Session and Call through `door` (which checks the token).
+  void serve(FrontDoor& door);
 
   // Ends every open session with UNAVAILABLE (after its pending answers are written).
   void closeAll();
@@ -38,10 +32,11 @@ class StoreService final
   class SessionState;
 
  private:
+  // A new session's reactor.
+  StreamReactor* session(const grpc::GenericServerContext& context);
   void forget(const std::shared_ptr<SessionState>& state);
 
   std::shared_ptr<MemoryStore> memory_;
-  TokenGate& gate_;
   mutable std::mutex mu_;
   std::set<std::shared_ptr<SessionState>> sessions_;
   bool closed_ = false;
