@@ -118,7 +118,7 @@ class Answer::Reactor {
   }
   void written(bool ok) {
     if (streamReactor_ != nullptr) {
-      streamReactor_->OnWriteDone(ok);
+      streamReactor_->OnWriteDone(ok && !std::exchange(streamReactor_->writeFailed_, false));
     } else {
       answer_->written(ok);
     }
@@ -333,9 +333,11 @@ bool StreamReactor::readInto(google::protobuf::MessageLite& message) {
 void StreamReactor::StartWrite(const google::protobuf::MessageLite& message) {
   auto bytes = serialize(message);
   if (!bytes.ok()) {
-    // Not to be: a message past 2 GiB. The call is cancelled, so the write fails (OnWriteDone).
+    // Not to be: a message past 2 GiB. The call is cancelled (OnCancel comes), and this write,
+    // of nothing, is reported failed (OnWriteDone(false)).
     logger()->error("{}", std::string(bytes.status().message()));
     call_->context_.TryCancel();
+    writeFailed_ = true;
     grpc::ByteBuffer nothing;
     call_->StartWrite(&nothing);
     return;

@@ -107,6 +107,7 @@ class StreamReactor {
   friend class Answer;
   Answer::Reactor* call_ = nullptr;
   grpc::ByteBuffer read_;
+  bool writeFailed_ = false;  // the write in flight could not be serialized
 };
 
 // Thread-safety: add() and attach() before the server starts, start() after; the rest from

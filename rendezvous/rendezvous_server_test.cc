@@ -5,6 +5,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -605,6 +606,55 @@ TEST(RendezvousServer, ShutdownEndsPendingWaitsWithUnavailable) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
   EXPECT_NE(result.status().message().find("shutting down"), std::string::npos) << result.status();
+}
+
+// Sessions opening while the server shuts down: a session admitted just before it closes is
+// finished as it starts (it used to be finished before it had a call to finish: a crash), and
+// every stream ends: OK, UNAVAILABLE, or CANCELLED for one that reached gRPC after its
+// shutdown had begun (gRPC's own answer to those).
+TEST(RendezvousServer, SessionsOpeningDuringShutdownEachEnd) {
+  auto server = startServer();
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0}, unexpected{0};
+  std::vector<std::thread> openers;
+  for (int t = 0; t < 4; ++t) {
+    openers.emplace_back([&] {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      auto stub = pb::Store::NewStub(
+          grpc::CreateCustomChannel(server->address(), grpc::InsecureChannelCredentials(), args));
+      while (!stop.load()) {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        auto stream = stub->Session(&context);
+        pb::StoreRequest set;
+        set.set_ns("raw");
+        set.set_id(1);
+        set.mutable_set()->set_key("k");
+        set.mutable_set()->set_value("v");
+        stream->Write(set);
+        stream->WritesDone();
+        pb::StoreResponse response;
+        while (stream->Read(&response)) {
+        }
+        auto status = stream->Finish();
+        ++opened;
+        if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+            status.error_code() != grpc::StatusCode::CANCELLED) {
+          ++unexpected;
+          ADD_FAILURE() << status.error_code() << ": " << status.error_message();
+        }
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return opened.load() >= 50; }, Millis(60000)));
+  auto start = Clock::now();
+  server->shutdown();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  stop = true;
+  for (auto& t : openers) t.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_EQ(server->service().openSessions(), 0u);
 }
 
 TEST(RendezvousServer, SecondServerOnTheSamePortIsRefusedNamingTheAddress) {

@@ -51,11 +51,16 @@ class StoreService::SessionState::Reactor final : public StreamReactor {
  public:
   // `closed`: the service is shutting down; the session ends at once.
   Reactor(std::shared_ptr<SessionState> state, StoreService* service, bool closed)
-      : state_(std::move(state)), service_(service), closed_(closed) {
-    state_->reactor = this;
-  }
+      : state_(std::move(state)), service_(service), closed_(closed) {}
 
+  // The reactor is the session's only from here: a close before (the service shutting down
+  // while the call was being admitted) finishes it now.
   void OnStart() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reactor = this;
+      state_->pumpLocked();
+    }
     StartRead();
     if (closed_) state_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
   }
@@ -125,15 +130,17 @@ class StoreService::SessionState::Reactor final : public StreamReactor {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->writing = false;
-    state_->queue.pop_front();
-    if (!ok) {
-      // The client is gone: nothing more can be written.
-      state_->queue.clear();
-      state_->closing = true;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->writing = false;
+      state_->queue.pop_front();
+      if (ok) {
+        state_->pumpLocked();
+        return;
+      }
     }
-    state_->pumpLocked();
+    // The client is gone: nothing more can be written, and its parked operations go.
+    state_->close(grpc::Status::CANCELLED);
   }
 
   void OnCancel() override { state_->close(grpc::Status::CANCELLED); }
@@ -156,7 +163,7 @@ class StoreService::SessionState::Reactor final : public StreamReactor {
 
 void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& response,
                                          bool quiet) {
-  std::lock_guard<std::mutex> lock(mu);
+  std::unique_lock<std::mutex> lock(mu);
   parked.erase(seq);
   if (quiet && response.code() == 0) {
     pumpLocked();
@@ -169,6 +176,12 @@ void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& respo
                                fmt::format("the client left {} answers unread; session closed",
                                            kMaxUnreadAnswers));
     queue.erase(writing ? queue.begin() + 1 : queue.begin(), queue.end());
+    if (!finished) queue.push_back(std::move(response));
+    // Its parked operations go too (close keeps the status).
+    grpc::Status status = closeStatus;
+    lock.unlock();
+    close(status);
+    return;
   }
   // A session that closes because reads ended or the server shuts down still answers what
   // was asked; one whose client is gone drops the answer.
