@@ -84,8 +84,7 @@ class Answer::Reactor {
         ++pending_;  // Finish's return, which OnDone comes after
       } else if (method != nullptr) {
         handler_ = &method->handler;
-        inFlight_ = door_.inFlight_;
-        ++*inFlight_;
+        ++door_.inFlight_;
         answer_.reset(new Answer(this, context_.peer()));
       }
       begun_ = true;
@@ -96,8 +95,7 @@ class Answer::Reactor {
     } else if (streamReactor_ != nullptr) {
       streamReactor_->OnStart();
     } else if (read) {
-      ++pending_;
-      stream_.Read(&request_, &readTag_);
+      StartRead(&request_);
     } else {
       (*handler_)(request_, answer_);
     }
@@ -153,7 +151,7 @@ class Answer::Reactor {
   void release() {
     if (answer_ ? !answer_->operationDone() : --pending_ > 0) return;
     if (streamReactor_ != nullptr) streamReactor_->OnDone();
-    if (inFlight_) --*inFlight_;
+    if (answer_) --door_.inFlight_;
     delete this;
   }
 
@@ -165,7 +163,6 @@ class Answer::Reactor {
   const FrontDoor::Handler* handler_ = nullptr;
   std::shared_ptr<Answer> answer_;  // a one-request call's
   StreamReactor* streamReactor_ = nullptr;  // or a stream's
-  std::shared_ptr<std::atomic<int64_t>> inFlight_;
   std::mutex startMu_;
   bool begun_ = false;      // started() has set the call up (under startMu_)
   bool doneEarly_ = false;  // the done notification came before that (under startMu_)

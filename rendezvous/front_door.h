@@ -151,7 +151,7 @@ class FrontDoor final {
   // Calls that arrive from now on end UNAVAILABLE.
   void close();
   // Admitted one-request calls not yet over (streams are not counted).
-  int64_t inFlight() const { return inFlight_->load(); }
+  int64_t inFlight() const { return inFlight_.load(); }
 
   // Registers with `builder`: the generic service and `queues` completion queues (0: one per
   // core, from 8 to 64).
@@ -178,7 +178,7 @@ class FrontDoor final {
   std::map<std::string, Method, std::less<>> methods_;
   std::mutex mu_;
   bool closed_ = false;
-  std::shared_ptr<std::atomic<int64_t>> inFlight_ = std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<int64_t> inFlight_{0};  // the door outlives its calls (stop() waits for them)
   grpc::AsyncGenericService generic_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::vector<std::thread> threads_;

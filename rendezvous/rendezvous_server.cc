@@ -170,10 +170,10 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   // walked on each add and cancel: 65,536 parked joins with deadlines cost 16% of the round in
   // those walks (rdzv_bench). A client that sends no deadline was never bounded by one anyway.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_DEADLINE_CHECKS, 0);
-  // Nothing is read for a call before its method and token are checked (FrontDoor; a Session
-  // checks before its first read), no message is larger than the largest request, and what
-  // gRPC holds for calls in flight is bounded: past the quota it cancels streams with
-  // RESOURCE_EXHAUSTED rather than grow.
+  // Nothing is read for a call before its method and token are checked (FrontDoor, Sessions
+  // too), no message is larger than the largest request, and what gRPC holds for calls in
+  // flight is bounded: past the quota it cancels streams with RESOURCE_EXHAUSTED rather than
+  // grow.
   builder.SetMaxReceiveMessageSize(static_cast<int>(largest));
   builder.SetMaxSendMessageSize(INT_MAX);
   grpc::ResourceQuota quota("muster-store");

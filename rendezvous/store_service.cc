@@ -169,26 +169,28 @@ void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& respo
     pumpLocked();
     return;
   }
-  if (queue.size() >= kMaxUnreadAnswers && !closing) {
+  bool unread = queue.size() >= kMaxUnreadAnswers && !closing;
+  if (unread) {
     // A client that does not read its answers must not grow the server's memory.
     closing = true;
     closeStatus = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                fmt::format("the client left {} answers unread; session closed",
                                            kMaxUnreadAnswers));
     queue.erase(writing ? queue.begin() + 1 : queue.begin(), queue.end());
-    if (!finished) queue.push_back(std::move(response));
-    // Its parked operations go too (close keeps the status).
-    grpc::Status status = closeStatus;
-    lock.unlock();
-    close(status);
-    return;
   }
   // A session that closes because reads ended or the server shuts down still answers what
   // was asked; one whose client is gone drops the answer.
   if (!finished && closeStatus.error_code() != grpc::StatusCode::CANCELLED) {
     queue.push_back(std::move(response));
   }
-  pumpLocked();
+  if (!unread) {
+    pumpLocked();
+    return;
+  }
+  // Its parked operations go too (close keeps the status, and pumps).
+  grpc::Status status = closeStatus;
+  lock.unlock();
+  close(status);
 }
 
 void StoreService::SessionState::close(grpc::Status status) {

@@ -16,7 +16,7 @@
 namespace muster::rendezvous {
 
 // Thread-safety: the FrontDoor calls it from its threads; closeAll() may be called from any thread.
-// Lifetime: must outlive the grpc::Server it is registered with.
+// Lifetime: must outlive the FrontDoor that serves it.
 class StoreService final {
  public:
   explicit StoreService(std::shared_ptr<MemoryStore> memory);
