@@ -1,5 +1,5 @@
 // What the benches that run clients in processes of their own share: starting a process, a
-// start line for such processes, and reading a process's CPU time.
+// start line for such processes, a clock they share, and reading a process's CPU time.
 #pragma once
 
 #include <fcntl.h>
@@ -8,8 +8,10 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -81,6 +83,34 @@ inline bool startWhenReady(const std::vector<pid_t>& pids, const std::vector<std
   }
   for (pid_t pid : pids) kill(pid, kStartSignal);
   return true;
+}
+
+// Spawns a gated process for each of `argvs` (stdout into outs[i] when `outs` is given), each
+// to create readies[i] (stale ones are removed first) and wait for the start line, then starts
+// them together. The pids; when one cannot be spawned or ends before it is ready, every one is
+// killed (a caller's waitpid then sees it).
+inline std::vector<pid_t> spawnTogether(const std::vector<std::vector<std::string>>& argvs,
+                                        const std::vector<std::string>& readies,
+                                        const std::vector<std::string>& outs = {}) {
+  std::vector<pid_t> pids;
+  bool spawned = true;
+  for (size_t i = 0; i < argvs.size() && spawned; ++i) {
+    std::filesystem::remove(readies[i]);
+    pid_t pid = spawn(argvs[i], outs.empty() ? "" : outs[i], true);
+    spawned = pid >= 0;
+    if (spawned) pids.push_back(pid);
+  }
+  if (!spawned || !startWhenReady(pids, readies)) {
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+  }
+  return pids;
+}
+
+// Nanoseconds on the monotonic clock, which the processes of one machine share.
+inline int64_t nowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 // CPU seconds (user and system) so far: RUSAGE_SELF, or RUSAGE_CHILDREN (those waited for).

@@ -26,21 +26,15 @@
 #include "rendezvous/rendezvous_server.h"
 #include "tests/bench/bench_process.h"
 
-extern char** environ;
 namespace pb = muster::v1;
 namespace fs = std::filesystem;
 
 namespace {
 
-long long nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 using muster::bench::cpuSeconds;
+using muster::bench::nowNs;
 using muster::bench::spawn;
-using muster::bench::startWhenReady;
+using muster::bench::spawnTogether;
 using muster::bench::waitForStart;
 
 // A stub of the service at `target`, its channel connected (or 30 s spent trying).
@@ -137,7 +131,8 @@ int heartbeats(const std::string& target, const std::string& run, int first, int
     cv.wait(lock, [&] { return left == 0; });
   }
   if (failed > 0) return 1;
-  std::printf("%lld %lld\n", start, nowNs());
+  long long done = nowNs();
+  std::printf("%lld %lld\n", start, done);
   return 0;
 }
 
@@ -148,21 +143,18 @@ int heartbeats(const std::string& target, const std::string& run, int first, int
 void spawnAgents(const std::string& self, const std::vector<std::string>& args, int n, int procs,
                  const fs::path& dir, const std::string& prefix, std::vector<pid_t>& pids,
                  std::vector<std::string>& outs) {
+  std::vector<std::vector<std::string>> argvs;
   std::vector<std::string> readies;
   for (int p = 0; p < procs; ++p) {
     int lo = n * p / procs, hi = n * (p + 1) / procs;
     outs.push_back((dir / fmt::format("{}-{}", prefix, p)).string());
     readies.push_back(outs.back() + ".ready");
-    fs::remove(readies.back());
-    std::vector<std::string> argv{self};
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.insert(argv.end(), {"--first", std::to_string(lo), "--count", std::to_string(hi - lo),
-                             "--ready", readies.back()});
-    pids.push_back(spawn(argv, outs.back(), true));
+    argvs.push_back({self});
+    argvs.back().insert(argvs.back().end(), args.begin(), args.end());
+    argvs.back().insert(argvs.back().end(), {"--first", std::to_string(lo), "--count",
+                                             std::to_string(hi - lo), "--ready", readies.back()});
   }
-  if (!startWhenReady(pids, readies)) {
-    for (pid_t pid : pids) kill(pid, SIGKILL);
-  }
+  pids = spawnTogether(argvs, readies, outs);
 }
 
 // Spawns the client processes and returns max(done) - min(start) in ms, or -1.

@@ -35,14 +35,13 @@
 #include "rendezvous/tcpstore_wire.h"
 #include "tests/bench/bench_process.h"
 
-extern char** environ;
-
 namespace {
 
 using muster::Clock;
 using muster::bench::cpuSeconds;
+using muster::bench::nowNs;
 using muster::bench::spawn;
-using muster::bench::startWhenReady;
+using muster::bench::spawnTogether;
 using muster::bench::waitForStart;
 using muster::deadlineAfter;
 using muster::Millis;
@@ -212,13 +211,6 @@ std::unique_ptr<muster::rendezvous::RendezvousServer> startGrpc() {
   return std::move(*server);
 }
 
-
-// Nanoseconds since the epoch (simulated ranks in several processes share the clock).
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Writes each rank's start and end, a line each; 0, or 4 when the file cannot be written.
 int writeTimes(const std::string& out, const std::vector<std::pair<int64_t, int64_t>>& times) {
@@ -509,26 +501,20 @@ void raiseDescriptorLimit() {
 // Seconds from the first rank's start to the last rank past the barrier, or -1.
 double runStartup(const std::string& self, const std::string& backend, const std::string& addr,
                   int world, int procs, const fs::path& dir) {
-  std::vector<pid_t> pids;
+  std::vector<std::vector<std::string>> argvs;
   std::vector<fs::path> outs;
-  std::vector<std::string> readies;
+  std::vector<std::string> readies;  // each child makes its --out with ".ready" added
   for (int p = 0; p < procs; ++p) {
     int first = world * p / procs, count = world * (p + 1) / procs - first;
     outs.push_back(dir / fmt::format("startup-{}-{}", backend, p));
     readies.push_back(outs.back().string() + ".ready");
-    fs::remove(readies.back());
-    pid_t pid = spawn({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
-                           std::to_string(first), "--clients", std::to_string(count), "--world",
-                           std::to_string(world), "--out", outs.back().string()},
-                      "", true);
-    if (pid < 0) return -1;
-    pids.push_back(pid);
+    argvs.push_back({self, "--startup-child", "--backend", backend, "--addr", addr, "--id",
+                     std::to_string(first), "--clients", std::to_string(count), "--world",
+                     std::to_string(world), "--out", outs.back().string()});
   }
   // The ranks start once every process is loaded and ready.
-  bool ok = startWhenReady(pids, readies);
-  if (!ok) {
-    for (pid_t pid : pids) kill(pid, SIGKILL);
-  }
+  std::vector<pid_t> pids = spawnTogether(argvs, readies);
+  bool ok = pids.size() == argvs.size();
   // A rank that fails ends the run: the others would wait for it at the barrier for good.
   for (size_t left = pids.size(); left > 0; --left) {
     int status = 0;
