@@ -91,6 +91,8 @@ absl::Status Agent::prepare() {
   server.port = 0;
   server.token = layout_.token;
   server.announce = false;
+  // The workers' and the agent's store clients move their sessions to its direct path.
+  server.directPort = 0;
   auto started = rendezvous::RendezvousServer::start(server);
   if (!started.ok()) return started.status();
   store_ = std::move(*started);
@@ -147,6 +149,8 @@ absl::Status Agent::prepareMultiNode() {
     server.host = options_.maxNodes == 1 && options_.rdzvBackend != "static" ? host : "0.0.0.0";
     server.port = port;
     server.token = layout_.token;
+    // On a free port of the same address; a client that cannot reach it stays on gRPC.
+    server.directPort = 0;
     auto started = rendezvous::RendezvousServer::start(server);
     if (!started.ok()) {
       if (options_.rdzvBackend == "static") return started.status();

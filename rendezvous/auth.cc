@@ -7,12 +7,18 @@
 
 namespace muster::rendezvous {
 
+bool tokenMatches(std::string_view given, const std::string& token) {
+  if (token.empty()) return true;
+  return given.size() == token.size() &&
+         CRYPTO_memcmp(token.data(), given.data(), token.size()) == 0;
+}
+
 bool hasToken(const grpc::ServerContextBase* context, const std::string& token) {
   if (token.empty()) return true;
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(kTokenMetadataKey);
-  return it != metadata.end() && it->second.size() == token.size() &&
-         CRYPTO_memcmp(token.data(), it->second.data(), token.size()) == 0;
+  return it != metadata.end() &&
+         tokenMatches(std::string_view(it->second.data(), it->second.size()), token);
 }
 
 grpc::Status unauthenticated() {
@@ -21,13 +27,23 @@ grpc::Status unauthenticated() {
 
 bool TokenGate::admits(const grpc::ServerContextBase* context) {
   if (hasToken(context, token_)) return true;
+  refused(context->peer());
+  return false;
+}
+
+bool TokenGate::admitsToken(std::string_view token, const std::string& peer) {
+  if (tokenMatches(token, token_)) return true;
+  refused(peer);
+  return false;
+}
+
+void TokenGate::refused(const std::string& peer) {
   uint64_t count = ++rejected_;
   if (logLimit_.pass()) {
     static auto logger = log::get("store");
-    logger->warn("rejected a request from {} without a valid token ({} rejected so far)",
-                 context->peer(), count);
+    logger->warn("rejected a request from {} without a valid token ({} rejected so far)", peer,
+                 count);
   }
-  return false;
 }
 
 }  // namespace muster::rendezvous

@@ -20,6 +20,7 @@
 #include "rendezvous/front_door.h"
 #include "rendezvous/health_service.h"
 #include "rendezvous/rendezvous_service.h"
+#include "rendezvous/store_direct.h"
 #include "rendezvous/store_service.h"
 
 namespace muster::rendezvous {
@@ -101,9 +102,18 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   if (options.tlsCertPem.empty() != options.tlsKeyPem.empty()) {
     return absl::InvalidArgumentError("TLS needs both a certificate and its key");
   }
+  if (options.directPort < -1 || options.directPort > 65535) {
+    return absl::InvalidArgumentError(fmt::format(
+        "direct port {} is out of range; expected 0 to 65535, or -1 for none", options.directPort));
+  }
+  if (options.directPort >= 0 && !options.tlsCertPem.empty()) {
+    return absl::InvalidArgumentError(
+        "the store's direct path is plaintext; it cannot be offered beside TLS");
+  }
   if (!options.tlsCertPem.empty()) {
     if (auto s = checkTlsPair(options.tlsCertPem, options.tlsKeyPem); !s.ok()) return s;
   }
+
   size_t largest = largestRequest(options.limits);
   if (largest > INT_MAX) {
     return absl::InvalidArgumentError(fmt::format(
@@ -142,6 +152,16 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   server->health_->serve(*server->door_);
   server->service_->serve(*server->door_);
   server->rendezvous_->serve(*server->door_);
+
+  if (options.directPort >= 0) {
+    auto direct = StoreDirect::start(*server->service_, *server->gate_,
+                                     {.host = options.host,
+                                      .port = options.directPort,
+                                      .maxMessageBytes = largest});
+    if (!direct.ok()) return direct.status();
+    server->direct_ = std::move(*direct);
+    server->service_->advertiseDirectPort(static_cast<uint32_t>(server->direct_->port()));
+  }
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   if (!options.tlsCertPem.empty()) {
@@ -194,9 +214,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   server->address_ = joinHostPort(options.host, selected);
   server->announce_ = options.announce;
   logger()->log(options.announce ? spdlog::level::info : spdlog::level::debug,
-                "store listening on {} (tls {}, token {}, max_value_bytes={}, max_total_bytes={}, "
-                "max_inflight_bytes={})",
-                server->address_, options.tlsCertPem.empty() ? "off" : "on",
+                "store listening on {} (direct port {}, tls {}, token {}, max_value_bytes={}, "
+                "max_total_bytes={}, max_inflight_bytes={})",
+                server->address_, server->directPort(), options.tlsCertPem.empty() ? "off" : "on",
                 options.token.empty() ? "off" : "on", options.limits.maxValueBytes,
                 options.limits.maxTotalBytes, inflight);
   return server;
@@ -207,6 +227,12 @@ RendezvousServer::~RendezvousServer() { shutdown(); }
 uint64_t RendezvousServer::rejectedCalls() const { return gate_->rejected(); }
 
 int64_t RendezvousServer::callsInFlight() const { return door_->inFlight(); }
+
+int RendezvousServer::directPort() const { return direct_ ? direct_->port() : 0; }
+
+size_t RendezvousServer::directConnections() const {
+  return direct_ ? direct_->connections() : 0;
+}
 
 void RendezvousServer::shutdown(Millis grace) {
   {
@@ -220,7 +246,9 @@ void RendezvousServer::shutdown(Millis grace) {
   memory_->shutdown();
   rendezvous_->shutdown();
   service_->closeAll();
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  auto until = std::chrono::system_clock::now() + grace;
+  if (direct_) direct_->shutdown(grace);
+  server_->Shutdown(until);
   door_->stop();
   logger()->log(announce_ ? spdlog::level::info : spdlog::level::debug,
                 "store on {} shut down ({} pending waits ended)", address_, pending);

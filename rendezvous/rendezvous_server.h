@@ -24,6 +24,7 @@ class RendezvousService;
 class FrontDoor;
 class TokenGate;
 class HealthService;
+class StoreDirect;
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -42,6 +43,9 @@ struct ServerOptions {
   // The most memory gRPC may hold for calls in flight (requests being received, answers being
   // sent); past it, calls are refused with RESOURCE_EXHAUSTED. 0: twice the largest request, at least 1 GiB.
   size_t maxInflightBytes = 0;
+  // The store's direct path (StoreDirect) on this port of `host`: -1 none, 0 a free port.
+  // Not with TLS (it is plaintext): asked for together, start fails.
+  int directPort = -1;
 };
 
 // Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the
@@ -55,6 +59,10 @@ class RendezvousServer {
   ~RendezvousServer();
 
   int port() const { return port_; }
+  // The direct path's port; 0 when it has none.
+  int directPort() const;
+  // Connections open on the direct path.
+  size_t directConnections() const;
   // host:port as bound ("[::1]:port" for IPv6).
   const std::string& address() const { return address_; }
   const std::shared_ptr<MemoryStore>& memory() const { return memory_; }
@@ -79,6 +87,7 @@ class RendezvousServer {
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<StoreService> service_;
   std::unique_ptr<RendezvousService> rendezvous_;
+  std::unique_ptr<StoreDirect> direct_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   int port_ = 0;

@@ -90,6 +90,12 @@ int main(int argc, char** argv) {
                  "logs it); no token guards them, and nothing secret is in them")
       ->check(CLI::Range(0, 65535));
   app.add_option("--metrics-host", metricsHost, "address for the metrics (default: --host)");
+  app.add_option("--direct-port", options.directPort,
+                 "also serve the store's sessions on this plain TCP port (muster's clients move "
+                 "there when they can reach it: several times the operations per second of gRPC); "
+                 "0 picks a free port, -1 (default) none; not with TLS")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 65535));
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error (or MUSTER_LOG_LEVEL)");
   try {
     app.parse(argc, argv);
@@ -109,6 +115,9 @@ int main(int argc, char** argv) {
                              logLevel));
   }
   if (tlsCert.empty() != tlsKey.empty()) return usage("--tls-cert and --tls-key go together");
+  if (!tlsCert.empty() && options.directPort >= 0) {
+    return usage("--direct-port serves plaintext; it cannot go with --tls-cert");
+  }
   options.retention.ttl = muster::Millis(static_cast<int64_t>(finishedRunTtlS * 1000));
   if (!tokenFile.empty()) {
     auto token = muster::readToken(tokenFile);

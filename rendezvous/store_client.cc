@@ -4,6 +4,18 @@
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
 
 #include <deque>
 #include <condition_variable>
@@ -15,6 +27,7 @@
 #include "common/backoff.h"
 #include "common/log.h"
 #include "rendezvous/auth.h"
+#include "rendezvous/direct_wire.h"
 #include "rendezvous/grpc_channel.h"
 #include "rendezvous/grpc_status.h"
 #include "muster/v1/store.grpc.pb.h"
@@ -32,6 +45,8 @@ auto logger() {
 // (which names the missing keys) before it gives up by itself.
 constexpr Millis kAnswerGrace{2000};
 constexpr Millis kFirstBackoff{50};
+// How long a client tries the direct path before it stays on gRPC.
+constexpr Millis kDirectConnectWait{2000};
 constexpr Millis kMaxBackoff{2000};
 // Sets (count, bytes) a session keeps for replay before it asks the server to confirm them.
 constexpr size_t kMaxUnacked = 4096;
@@ -52,6 +67,225 @@ bool isTransport(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable;
 }
 
+// What a Session's messages travel on: gRPC's Session stream, or the direct path's socket.
+// One write and one read may run at once, on different threads; cancel() from any thread.
+class SessionStream {
+ public:
+  virtual ~SessionStream() = default;
+  // False: the stream has ended (read() then says why).
+  virtual bool write(const pb::StoreRequest& request) = 0;
+  // False: the stream has ended; finish() says why.
+  virtual bool read(pb::StoreResponse* response) = 0;
+  // No more requests (the server answers what it has, then ends the stream).
+  virtual void writesDone() = 0;
+  // Why the stream ended, once read() said it has.
+  virtual grpc::Status finish() = 0;
+  // Ends the stream now: a read or write under way returns.
+  virtual void cancel() = 0;
+};
+
+class GrpcStream final : public SessionStream {
+ public:
+  GrpcStream(pb::Store::Stub& stub, const std::string& token) {
+    if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, token);
+    // Answers may come several to a message (a server that predates this ignores it).
+    context_.AddMetadata(kBatchMetadataKey, "1");
+    stream_ = stub.Session(&context_);
+  }
+  bool write(const pb::StoreRequest& request) override { return stream_->Write(request); }
+  bool read(pb::StoreResponse* response) override { return stream_->Read(response); }
+  void writesDone() override { stream_->WritesDone(); }
+  grpc::Status finish() override { return stream_->Finish(); }
+  void cancel() override { context_.TryCancel(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<pb::StoreRequest, pb::StoreResponse>> stream_;
+};
+
+// host and port of a HOST:PORT target ("[v6]:port" too); nullopt for anything else (a gRPC
+// scheme, a Unix socket), which has no direct path.
+std::optional<std::string> targetHost(const std::string& target) {
+  if (target.find("://") != std::string::npos || target.rfind("unix:", 0) == 0) return std::nullopt;
+  if (!target.empty() && target.front() == '[') {
+    auto close = target.find(']');
+    if (close == std::string::npos) return std::nullopt;
+    return target.substr(1, close - 1);
+  }
+  auto colon = target.rfind(':');
+  if (colon == std::string::npos || target.find(':') != colon) return std::nullopt;
+  return target.substr(0, colon);
+}
+
+// The direct path (store_direct.h): one blocking TCP socket, frames both ways.
+class DirectStream final : public SessionStream {
+ public:
+  // Connects to host:port within `deadline`, says hello (magic and token). Errors: UNAVAILABLE
+  // with the reason (no answer in time, refused, ...).
+  static absl::StatusOr<std::unique_ptr<DirectStream>> open(const std::string& host, int port,
+                                                            const std::string& token,
+                                                            Deadline deadline) {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    std::string service = std::to_string(port);
+    if (int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+      return absl::UnavailableError(fmt::format("{}: {}", host, gai_strerror(rc)));
+    }
+    std::string why = "no address";
+    int fd = -1;
+    for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+      fd = connectOne(a, deadline, why);
+    }
+    freeaddrinfo(found);
+    if (fd < 0) return absl::UnavailableError(fmt::format("{}:{}: {}", host, port, why));
+    auto stream = std::unique_ptr<DirectStream>(new DirectStream(fd));
+    pb::DirectHello hello;
+    hello.set_token(token);
+    std::string opening(direct::kMagic);
+    direct::appendFrame(opening, direct::Kind::kHello, hello);
+    if (!stream->sendAll(opening)) {
+      return absl::UnavailableError(fmt::format("{}:{}: {}", host, port, std::strerror(errno)));
+    }
+    return stream;
+  }
+
+  ~DirectStream() override { ::close(fd_); }
+
+  bool write(const pb::StoreRequest& request) override {
+    out_.clear();
+    direct::appendFrame(out_, direct::Kind::kRequest, request);
+    return sendAll(out_);
+  }
+
+  bool read(pb::StoreResponse* response) override {
+    while (true) {
+      if (in_.size() - head_ >= direct::kHeaderBytes) {
+        uint32_t length = direct::frameLength(in_.data() + head_);
+        if (length == 0 || length > static_cast<uint32_t>(INT_MAX)) {
+          return end(grpc::StatusCode::UNAVAILABLE,
+                     fmt::format("the store sent a frame of {} bytes", length));
+        }
+        if (in_.size() - head_ >= 4 + size_t{length}) {
+          auto kind = static_cast<direct::Kind>(in_[head_ + 4]);
+          const char* body = in_.data() + head_ + direct::kHeaderBytes;
+          head_ += 4 + size_t{length};
+          if (kind == direct::Kind::kAnswer &&
+              response->ParseFromArray(body, static_cast<int>(length - 1))) {
+            compact();
+            return true;
+          }
+          pb::StoreResponse end;
+          if (kind == direct::Kind::kEnd && end.ParseFromArray(body, static_cast<int>(length - 1))) {
+            return this->end(static_cast<grpc::StatusCode>(end.code()), end.message());
+          }
+          return this->end(grpc::StatusCode::UNAVAILABLE,
+                           fmt::format("the store sent a frame of kind {} that does not parse",
+                                       static_cast<int>(kind)));
+        }
+      }
+      compact();
+      size_t at = in_.size();
+      in_.resize(at + kReadChunk);
+      ssize_t n = ::recv(fd_, in_.data() + at, kReadChunk, 0);
+      in_.resize(at + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return end(grpc::StatusCode::UNAVAILABLE, std::strerror(errno));
+      if (n == 0) {
+        return end(grpc::StatusCode::UNAVAILABLE, "the store closed the connection");
+      }
+    }
+  }
+
+  void writesDone() override { ::shutdown(fd_, SHUT_WR); }
+  grpc::Status finish() override { return ended_; }
+  void cancel() override { ::shutdown(fd_, SHUT_RDWR); }
+
+ private:
+  static constexpr size_t kReadChunk = 64 * 1024;
+
+  explicit DirectStream(int fd) : fd_(fd) {}
+
+  // A connected socket to `a` (blocking, no delay, keepalive), or -1 with `why`.
+  static int connectOne(const addrinfo* a, Deadline deadline, std::string& why) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      return -1;
+    }
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      why = std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int waitMs = deadline == kNoDeadline ? -1 : static_cast<int>(std::max<int64_t>(0, millisLeft(deadline)));
+    int ready;
+    do {
+      ready = ::poll(&p, 1, waitMs);
+    } while (ready < 0 && errno == EINTR);
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (ready <= 0) {
+      err = ready == 0 ? ETIMEDOUT : errno;
+    } else {
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    }
+    if (err != 0) {
+      why = std::strerror(err);
+      ::close(fd);
+      return -1;
+    }
+    setBlocking(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    // A store that vanishes (its host lost, a cable pulled) is noticed, as gRPC's keepalive does.
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    int idle = 10, interval = 5, count = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    return fd;
+  }
+
+  static void setBlocking(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  }
+
+  bool sendAll(const std::string& bytes) {
+    for (size_t done = 0; done < bytes.size();) {
+      ssize_t n = ::send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  bool end(grpc::StatusCode code, const std::string& why) {
+    ended_ = grpc::Status(code, why);
+    return false;
+  }
+
+  void compact() {
+    if (head_ == in_.size()) {
+      in_.clear();
+      head_ = 0;
+      if (in_.capacity() > (size_t{8} << 20)) in_.shrink_to_fit();
+    } else if (head_ > (size_t{1} << 20)) {
+      in_.erase(0, head_);
+      head_ = 0;
+    }
+  }
+
+  int fd_;
+  std::string out_;  // the frame being written (writes are one at a time)
+  std::string in_;
+  size_t head_ = 0;
+  grpc::Status ended_;
+};
+
 // One Session stream. There is no reader thread: a caller waiting for its answer reads the
 // stream itself when nobody else is reading, and hands every answer it reads to its owner
 // (leader/followers). A lone caller so gets its answer without a thread hand-off.
@@ -60,13 +294,10 @@ bool isTransport(const absl::Status& status) {
 // once. Broken for good once a read sees the end; the connection then opens a new one.
 class Session {
  public:
-  Session(pb::Store::Stub& stub, const std::string& token, std::string peer)
-      : peer_(std::move(peer)) {
-    if (!token.empty()) context_.AddMetadata(kTokenMetadataKey, token);
-    // Answers may come several to a message (a server that predates this ignores it).
-    context_.AddMetadata(kBatchMetadataKey, "1");
-    stream_ = stub.Session(&context_);
-  }
+  Session(std::unique_ptr<SessionStream> stream, std::string peer, bool direct)
+      : stream_(std::move(stream)), peer_(std::move(peer)), direct_(direct) {}
+
+  bool direct() const { return direct_; }
 
   // Half-closes, then reads what is left (answers to quiet requests) so that the server has
   // applied every request before the stream ends; gives up after kCloseWait.
@@ -79,21 +310,21 @@ class Session {
     // The outbox is empty: its writer empties it before letting go, and every caller has.
     {
       std::lock_guard<std::mutex> w(writeMu_);
-      stream_->WritesDone();
+      stream_->writesDone();
     }
     std::mutex watchMu;
     std::condition_variable watchCv;
     bool drained = false;
     std::thread watchdog([&] {
       std::unique_lock<std::mutex> l(watchMu);
-      if (!watchCv.wait_for(l, kCloseWait, [&] { return drained; })) context_.TryCancel();
+      if (!watchCv.wait_for(l, kCloseWait, [&] { return drained; })) stream_->cancel();
     });
     pb::StoreResponse response;
-    while (stream_->Read(&response)) {
+    while (stream_->read(&response)) {
       std::lock_guard<std::mutex> l(mu_);
       dispatchLocked(std::move(response));
     }
-    grpc::Status ended = stream_->Finish();
+    grpc::Status ended = stream_->finish();
     if (!ended.ok() && !unacked_.empty()) {
       logger()->error("store {}: the connection ended ({}) before {} set(s) were confirmed; they "
                       "may be lost", peer_, ended.error_message(), unacked_.size());
@@ -225,11 +456,11 @@ class Session {
         readerActive_ = true;
         lock.unlock();
         pb::StoreResponse response;
-        bool ok = stream_->Read(&response);
+        bool ok = stream_->read(&response);
         grpc::Status ended;
         if (!ok) {
           std::lock_guard<std::mutex> w(writeMu_);
-          ended = stream_->Finish();
+          ended = stream_->finish();
         }
         lock.lock();
         readerActive_ = false;
@@ -318,7 +549,7 @@ class Session {
       bool written;
       {
         std::lock_guard<std::mutex> w(writeMu_);
-        written = stream_->Write(message);
+        written = stream_->write(message);
       }
       out.lock();
       if (!written) {
@@ -383,9 +614,8 @@ class Session {
     }
   }
 
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<pb::StoreRequest, pb::StoreResponse>> stream_;
-  std::mutex writeMu_;  // one stream write (or WritesDone, Finish) at a time
+  std::unique_ptr<SessionStream> stream_;
+  std::mutex writeMu_;  // one stream write (or writesDone, finish) at a time
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<uint64_t, std::optional<absl::StatusOr<pb::StoreResponse>>> pending_;
@@ -403,6 +633,7 @@ class Session {
   std::deque<Kept> unacked_;
   size_t unackedBytes_ = 0;
   std::string peer_;
+  bool direct_;
   // The outbox. Lock order: outMu_, then mu_ (send); never mu_, then outMu_.
   std::mutex outMu_;
   std::deque<std::pair<pb::StoreRequest, size_t>> outbox_;  // request, its size
@@ -454,7 +685,8 @@ class ClientConnection {
         fmt::format("no store answered at {} before the deadline", options_.target));
   }
 
-  // The live session, opening one (waiting for the channel) when there is none.
+  // The live session, opening one (waiting for the channel) when there is none: on the direct
+  // path when the store offers it and it answers, on gRPC otherwise.
   absl::StatusOr<std::shared_ptr<Session>> session(Deadline deadline) {
     std::lock_guard<std::mutex> lock(mu_);
     if (session_ && !session_->broken()) return session_;
@@ -463,9 +695,13 @@ class ClientConnection {
       for (auto& r : lost) replay_.push_back(std::move(r));
     }
     session_.reset();
+    // The store answers on gRPC first (it may be restarting): a direct port that cannot be
+    // reached then is unreachable from here, not merely not up yet.
     auto status = waitConnected(deadline);
     if (!status.ok()) return status;
-    session_ = std::make_shared<Session>(*stub_, options_.token, options_.target);
+    if (openDirectLocked(deadline)) return session_;
+    session_ = std::make_shared<Session>(std::make_unique<GrpcStream>(*stub_, options_.token),
+                                         options_.target, false);
     session_->replay(std::exchange(replay_, {}));
     if (batchBytes_ > 0) {
       // The store may have come back as another build: batch only if it says it batches (one
@@ -481,6 +717,7 @@ class ClientConnection {
       } else if (answer.ok() && answer->code() == 0) {
         batchBytes_ = 0;
       }
+      if (answer.ok() && answer->code() == 0) directPort_ = answer->info().direct_port();
     }
     return session_;
   }
@@ -494,6 +731,14 @@ class ClientConnection {
     if (info.batching()) {
       batchBytes_ = std::min(kMaxBatchBytes, largestRequest(limits_));
       if (session_) session_->batchUpTo(batchBytes_);
+    }
+    directPort_ = info.direct_port();
+    // The store offers its direct path: the session moves there now, before any request of the
+    // caller's (connect asks for info first), so nothing is in flight on the old one.
+    if (session_ && !session_->direct() && directPort_ != 0) {
+      auto old = std::move(session_);
+      for (auto& r : old->takeUnacked()) replay_.push_back(std::move(r));
+      if (!openDirectLocked(deadlineAfter(kDirectConnectWait))) session_ = std::move(old);
     }
   }
 
@@ -575,6 +820,31 @@ class ClientConnection {
   }
 
  private:
+  // With mu_ held and no session: opens one on the direct path if the store offers it. False:
+  // use gRPC. A port that could not be reached is not tried again by this connection (a
+  // firewall would cost each new session the wait), one line says so; a store that comes back
+  // with another port is tried there.
+  bool openDirectLocked(Deadline deadline) {
+    if (directPort_ == 0 || directPort_ == unreachablePort_ || !options_.direct ||
+        !options_.tlsCaPem.empty()) {
+      return false;
+    }
+    auto host = targetHost(options_.target);
+    if (!host) return false;
+    auto stream = DirectStream::open(*host, static_cast<int>(directPort_), options_.token,
+                                     std::min(deadline, deadlineAfter(kDirectConnectWait)));
+    if (!stream.ok()) {
+      unreachablePort_ = directPort_;
+      logger()->warn("store {}: its direct path (port {}) cannot be reached ({}); staying on gRPC",
+                     options_.target, directPort_, std::string(stream.status().message()));
+      return false;
+    }
+    session_ = std::make_shared<Session>(std::move(*stream), options_.target, true);
+    session_->replay(std::exchange(replay_, {}));
+    if (batchBytes_ > 0) session_->batchUpTo(batchBytes_);
+    return true;
+  }
+
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::Store::Stub> stub_;
@@ -584,6 +854,8 @@ class ClientConnection {
   std::deque<pb::StoreRequest> replay_;
   StoreLimits limits_;  // the server's, once connect has asked; unlimited until then
   size_t batchBytes_ = 0;  // the server batches: what one message may carry
+  uint32_t directPort_ = 0;       // the store's direct path, as its last info said
+  uint32_t unreachablePort_ = 0;  // a direct port that could not be reached: gRPC instead
 };
 
 StoreClient::StoreClient(std::shared_ptr<ClientConnection> connection, std::string ns)

@@ -1,5 +1,6 @@
-// The store's client: one gRPC stream per connection carries every operation, many in flight
-// at once; views of other namespaces share the connection.
+// The store's client: one session per connection carries every operation, many in flight at
+// once, on a gRPC stream or on the store's direct path (store_direct.h) when it offers one;
+// views of other namespaces share the connection.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,9 @@ struct ClientOptions {
   std::string token;          // sent as x-muster-token when not empty
   std::string tlsCaPem;       // not empty: TLS, and the server must be signed by this CA
   std::string tlsServerName;  // overrides the name checked in the server's certificate
+  // Move the session to the store's direct path when the store offers one (ServerInfo's
+  // direct_port, plaintext stores only) and it can be reached; gRPC otherwise.
+  bool direct = true;
 };
 
 class ClientConnection;

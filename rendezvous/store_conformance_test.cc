@@ -9,6 +9,7 @@
 namespace muster::rendezvous {
 namespace {
 
+using testing::DirectBackend;
 using testing::GrpcBackend;
 using testing::LocalBackend;
 
@@ -31,12 +32,13 @@ class StoreConformance : public ::testing::Test {
   std::unique_ptr<Store> store;
 };
 
-using Backends = ::testing::Types<LocalBackend, GrpcBackend>;
+using Backends = ::testing::Types<LocalBackend, GrpcBackend, DirectBackend>;
 class BackendNames {
  public:
   template <typename T>
   static std::string GetName(int) {
-    return std::is_same_v<T, LocalBackend> ? "Local" : "Grpc";
+    if (std::is_same_v<T, LocalBackend>) return "Local";
+    return std::is_same_v<T, DirectBackend> ? "Direct" : "Grpc";
   }
 };
 TYPED_TEST_SUITE(StoreConformance, Backends, BackendNames);

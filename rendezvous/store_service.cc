@@ -1,11 +1,8 @@
-// StoreService: the Session stream over the MemoryStore, and the unary Call, both behind the
-// FrontDoor.
+// StoreService: the store's sessions over the MemoryStore, whatever carries them, the gRPC
+// Session stream's reactor, and the unary Call, both behind the FrontDoor.
 #include "rendezvous/store_service.h"
 
 #include <fmt/format.h>
-
-#include <deque>
-#include <unordered_map>
 
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/store.h"
@@ -19,50 +16,18 @@ constexpr size_t kMaxUnreadAnswers = 65536;
 constexpr size_t kMaxBatchAnswers = 4096;
 constexpr size_t kMaxBatchAnswerBytes = size_t{4} << 20;
 
-}  // namespace
-
-// One client's stream: reads requests one after another, answers each as soon as it is done
-// (in any order), writes one response at a time. State shared with the completions of parked
-// operations, which may outlive the reactor; `mu` guards all of it.
-class StoreService::SessionState {
+// A gRPC Session: reads one message at a time, hands it to the session, and writes what the
+// session gives it.
+class SessionReactor final : public StreamReactor, public SessionSink {
  public:
-  class Reactor;
-  std::mutex mu;
-  Reactor* reactor = nullptr;
-  std::deque<pb::StoreResponse> queue;
-  bool writing = false;
-  bool batchAnswers = false;  // the client takes StoreResponse.batch
-  bool closing = false;
-  bool finished = false;
-  grpc::Status closeStatus = grpc::Status::OK;
-  uint64_t nextSeq = 1;
-  // Operations of this session parked in the store: seq -> waiter (kNotPending while execute
-  // has not returned yet).
-  std::unordered_map<uint64_t, MemoryStore::WaiterId> parked;
-  std::shared_ptr<MemoryStore> memory;
-
-  void deliver(uint64_t seq, pb::StoreResponse&& response, bool quiet);
-  void close(grpc::Status status);
-  // With mu held: writes the next response or finishes the stream when all is done.
-  void pumpLocked();
-};
-
-class StoreService::SessionState::Reactor final : public StreamReactor {
- public:
-  // `closed`: the service is shutting down; the session ends at once.
-  Reactor(std::shared_ptr<SessionState> state, StoreService* service, bool closed)
-      : state_(std::move(state)), service_(service), closed_(closed) {}
+  SessionReactor(std::shared_ptr<StoreService::SessionState> state, StoreService* service)
+      : state_(std::move(state)), service_(service) {}
 
   // The reactor is the session's only from here: a close before (the service shutting down
   // while the call was being admitted) finishes it now.
   void OnStart() override {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->reactor = this;
-      state_->pumpLocked();
-    }
     StartRead();
-    if (closed_) state_->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
+    state_->attach(this);
   }
 
   void OnReadDone(bool ok) override {
@@ -71,95 +36,118 @@ class StoreService::SessionState::Reactor final : public StreamReactor {
       return;
     }
     if (!readInto(request_)) {
-      state_->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a request on the session does not parse"));
+      state_->close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "a request on the session does not parse"));
       return;
     }
-    // The request, then those batched with it, in order. The batch is taken off first: the
-    // store sizes up the request it executes (a multi_set's limit).
-    auto batch = std::move(*request_.mutable_batch());
-    request_.clear_batch();
-    if (!apply(request_, false)) return;
-    for (const auto& more : batch) {
-      if (!apply(more, true)) return;
-    }
-    StartRead();
+    if (state_->apply(request_)) StartRead();
   }
 
-  // Hands one request to the store; false once the session is closing (nothing more is read:
-  // the rest of a batch is not applied either). `batched`: an entry of a batch, which may not
-  // carry one of its own.
-  bool apply(const pb::StoreRequest& request, bool batched) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->closing) return false;
-      seq = state_->nextSeq++;
-      state_->parked.emplace(seq, MemoryStore::kNotPending);
-    }
-    std::weak_ptr<SessionState> weak = state_;
-    bool quiet = request.quiet();
-    if (batched && request.batch_size() > 0) {
-      pb::StoreResponse refused;
-      refused.set_id(request.id());
-      refused.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-      refused.set_message("a batched request carries a batch of its own");
-      state_->deliver(seq, std::move(refused), false);
-      return true;
-    }
-    auto id = state_->memory->execute(request, [weak, seq, quiet](pb::StoreResponse&& r) {
-      // Batching is this service's, not the store's: the session says so (only an info
-      // request is answered with info).
-      if (r.has_info()) r.mutable_info()->set_batching(true);
-      if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
-    });
-    bool cancelNow = false;
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      auto it = state_->parked.find(seq);
-      if (it != state_->parked.end()) {
-        it->second = id;
-        cancelNow = state_->closing;
-      }
-    }
-    if (cancelNow && state_->memory->cancel(id)) {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->parked.erase(seq);
-      state_->pumpLocked();
-    }
-    return true;
-  }
-
-  void OnWriteDone(bool ok) override {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->writing = false;
-      state_->queue.pop_front();
-      if (ok) {
-        state_->pumpLocked();
-        return;
-      }
-    }
-    // The client is gone: nothing more can be written, and its parked operations go.
-    state_->close(grpc::Status::CANCELLED);
-  }
-
+  void OnWriteDone(bool ok) override { state_->writeDone(ok); }
   void OnCancel() override { state_->close(grpc::Status::CANCELLED); }
 
   void OnDone() override {
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->reactor = nullptr;
-    }
+    state_->detach();
     service_->forget(state_);
     delete this;
   }
 
+  void startWrite(const pb::StoreResponse& response) override { StartWrite(response); }
+  void finish(const grpc::Status& status) override { Finish(status); }
+
  private:
-  std::shared_ptr<SessionState> state_;
+  std::shared_ptr<StoreService::SessionState> state_;
   StoreService* service_;
-  bool closed_;
   pb::StoreRequest request_;
 };
+
+}  // namespace
+
+void StoreService::SessionState::attach(SessionSink* s) {
+  std::lock_guard<std::mutex> lock(mu);
+  sink = s;
+  pumpLocked();
+}
+
+void StoreService::SessionState::detach() {
+  std::lock_guard<std::mutex> lock(mu);
+  sink = nullptr;
+  finished = true;
+}
+
+bool StoreService::SessionState::apply(pb::StoreRequest& message) {
+  // The request, then those batched with it, in order. The batch is taken off first: the
+  // store sizes up the request it executes (a multi_set's limit).
+  auto batch = std::move(*message.mutable_batch());
+  message.clear_batch();
+  if (!applyOne(message, false)) return false;
+  for (const auto& more : batch) {
+    if (!applyOne(more, true)) return false;
+  }
+  return true;
+}
+
+// Hands one request to the store; false once the session is closing (nothing more is read:
+// the rest of a batch is not applied either). `batched`: an entry of a batch, which may not
+// carry one of its own.
+bool StoreService::SessionState::applyOne(const pb::StoreRequest& request, bool batched) {
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closing) return false;
+    seq = nextSeq++;
+    parked.emplace(seq, MemoryStore::kNotPending);
+  }
+  if (batched && request.batch_size() > 0) {
+    pb::StoreResponse refused;
+    refused.set_id(request.id());
+    refused.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+    refused.set_message("a batched request carries a batch of its own");
+    deliver(seq, std::move(refused), false);
+    return true;
+  }
+  std::weak_ptr<SessionState> weak = shared_from_this();
+  bool quiet = request.quiet();
+  const std::atomic<uint32_t>* port = directPort;
+  auto id = memory->execute(request, [weak, seq, quiet, port](pb::StoreResponse&& r) {
+    // Batching and the direct path are this service's, not the store's: the session says so
+    // (only an info request is answered with info).
+    if (r.has_info()) {
+      r.mutable_info()->set_batching(true);
+      if (port != nullptr) r.mutable_info()->set_direct_port(port->load());
+    }
+    if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
+  });
+  bool cancelNow = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = parked.find(seq);
+    if (it != parked.end()) {
+      it->second = id;
+      cancelNow = closing;
+    }
+  }
+  if (cancelNow && memory->cancel(id)) {
+    std::lock_guard<std::mutex> lock(mu);
+    parked.erase(seq);
+    pumpLocked();
+  }
+  return true;
+}
+
+void StoreService::SessionState::writeDone(bool ok) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    writing = false;
+    if (!queue.empty()) queue.pop_front();
+    if (ok) {
+      pumpLocked();
+      return;
+    }
+  }
+  // The client is gone: nothing more can be written, and its parked operations go.
+  close(grpc::Status::CANCELLED);
+}
 
 void StoreService::SessionState::deliver(uint64_t seq, pb::StoreResponse&& response,
                                          bool quiet) {
@@ -200,7 +188,7 @@ void StoreService::SessionState::close(grpc::Status status) {
     if (!closing) closeStatus = status;
     closing = true;
     if (status.error_code() == grpc::StatusCode::CANCELLED) {
-      // Keep the response being written: gRPC still reads it.
+      // Keep the response being written: the transport still reads it.
       queue.erase(writing ? queue.begin() + 1 : queue.begin(), queue.end());
     }
     for (const auto& [seq, id] : parked) {
@@ -223,7 +211,7 @@ void StoreService::SessionState::close(grpc::Status status) {
 }
 
 void StoreService::SessionState::pumpLocked() {
-  if (finished || reactor == nullptr) return;
+  if (finished || sink == nullptr) return;
   if (!writing && !queue.empty()) {
     writing = true;
     if (batchAnswers && queue.size() > 1) {
@@ -240,12 +228,12 @@ void StoreService::SessionState::pumpLocked() {
       }
       queue.push_front(std::move(first));
     }
-    reactor->StartWrite(queue.front());
+    sink->startWrite(queue.front());
     return;
   }
   if (closing && !writing && queue.empty() && parked.empty()) {
     finished = true;
-    reactor->Finish(closeStatus);
+    sink->finish(closeStatus);
   }
 }
 
@@ -272,18 +260,25 @@ void StoreService::serve(FrontDoor& door) {
   });
 }
 
-StreamReactor* StoreService::session(const grpc::GenericServerContext& context) {
+std::shared_ptr<StoreService::SessionState> StoreService::openSession(bool batchAnswers) {
   auto state = std::make_shared<SessionState>();
   state->memory = memory_;
-  auto asked = context.client_metadata().find(kBatchMetadataKey);
-  state->batchAnswers = asked != context.client_metadata().end() && asked->second == grpc::string_ref("1");
+  state->batchAnswers = batchAnswers;
+  state->directPort = &directPort_;
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed = closed_;
     sessions_.insert(state);
   }
-  return new SessionState::Reactor(state, this, closed);
+  if (closed) state->close(grpc::Status(grpc::StatusCode::UNAVAILABLE, "store is shutting down"));
+  return state;
+}
+
+StreamReactor* StoreService::session(const grpc::GenericServerContext& context) {
+  auto asked = context.client_metadata().find(kBatchMetadataKey);
+  bool batch = asked != context.client_metadata().end() && asked->second == grpc::string_ref("1");
+  return new SessionReactor(openSession(batch), this);
 }
 
 void StoreService::forget(const std::shared_ptr<SessionState>& state) {

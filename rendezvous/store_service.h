@@ -1,13 +1,16 @@
-// The gRPC face of a MemoryStore: muster.v1.Store's Session stream and its unary Call, both
-// through the FrontDoor (nothing is read before the token is checked). Blocked operations hold
-// no thread: a call finishes when the key arrives, the deadline passes or the client leaves.
+// The store's sessions over a MemoryStore, whatever carries them: muster.v1.Store's Session
+// stream and its unary Call through the FrontDoor (nothing is read before the token is
+// checked), and the direct path's connections (StoreDirect). Blocked operations hold no
+// thread: a call finishes when the key arrives, the deadline passes or the client leaves.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/front_door.h"
@@ -15,8 +18,19 @@
 
 namespace muster::rendezvous {
 
-// Thread-safety: the FrontDoor calls it from its threads; closeAll() may be called from any thread.
-// Lifetime: must outlive the FrontDoor that serves it.
+// A session's way out: the transport that writes its answers. The session calls it with its
+// lock held, from any thread, and never again once detached.
+class SessionSink {
+ public:
+  virtual ~SessionSink() = default;
+  // One message of answers; the next comes only after SessionState::writeDone().
+  virtual void startWrite(const pb::StoreResponse& response) = 0;
+  // Every answer is written: end the session with `status`. The sink then detaches.
+  virtual void finish(const grpc::Status& status) = 0;
+};
+
+// Thread-safety: the FrontDoor and StoreDirect call it from their threads; closeAll() may be
+// called from any thread. Lifetime: must outlive the FrontDoor and StoreDirect that serve it.
 class StoreService final {
  public:
   explicit StoreService(std::shared_ptr<MemoryStore> memory);
@@ -29,17 +43,69 @@ class StoreService final {
   void closeAll();
   size_t openSessions() const;
 
-  class SessionState;
+  // The direct path's port, said in every session's ServerInfo (0: none).
+  void advertiseDirectPort(uint32_t port) { directPort_.store(port); }
 
- private:
-  // A new session's reactor.
-  StreamReactor* session(const grpc::GenericServerContext& context);
+  class SessionState;
+  // A new session, answering several to a message when `batchAnswers`, its requests applied
+  // in order; it ends with UNAVAILABLE at once when the service is closing. The transport
+  // attaches its sink, hands it each request message (apply), reports each write (writeDone),
+  // closes it when the client goes (close), and detaches when the sink has finished.
+  std::shared_ptr<SessionState> openSession(bool batchAnswers);
   void forget(const std::shared_ptr<SessionState>& state);
 
+ private:
+  // A new gRPC session's reactor.
+  StreamReactor* session(const grpc::GenericServerContext& context);
+
   std::shared_ptr<MemoryStore> memory_;
+  std::atomic<uint32_t> directPort_{0};
   mutable std::mutex mu_;
   std::set<std::shared_ptr<SessionState>> sessions_;
   bool closed_ = false;
+};
+
+// One client's session: applies its requests one after another, answers each as soon as it is
+// done (in any order), writes one message at a time through its sink. Shared with the
+// completions of parked operations, which may outlive the transport.
+class StoreService::SessionState : public std::enable_shared_from_this<SessionState> {
+ public:
+  // From here the session writes through `sink`; a session closed before (the service
+  // shutting down while the client was being admitted) finishes now.
+  void attach(SessionSink* sink);
+  // After the sink's finish() (or when the transport is torn down): no more calls to it.
+  void detach();
+  // One request message and the requests batched in it, in order. False once the session is
+  // closing (the transport reads no more).
+  bool apply(pb::StoreRequest& message);
+  // The last startWrite() is done; `ok` false: the client is gone.
+  void writeDone(bool ok);
+  // Ends the session: OK when the client ended its requests, CANCELLED when it is gone (its
+  // answers are dropped), anything else after the answers already due are written. Parked
+  // operations are withdrawn. Idempotent; the first status stays.
+  void close(grpc::Status status);
+
+ private:
+  friend class StoreService;
+  bool applyOne(const pb::StoreRequest& request, bool batched);
+  void deliver(uint64_t seq, pb::StoreResponse&& response, bool quiet);
+  // With mu held: writes the next message or finishes the session when all is done.
+  void pumpLocked();
+
+  std::mutex mu;
+  SessionSink* sink = nullptr;
+  std::deque<pb::StoreResponse> queue;
+  bool writing = false;
+  bool batchAnswers = false;  // the client takes StoreResponse.batch
+  bool closing = false;
+  bool finished = false;
+  grpc::Status closeStatus = grpc::Status::OK;
+  uint64_t nextSeq = 1;
+  // Operations of this session parked in the store: seq -> waiter (kNotPending while execute
+  // has not returned yet).
+  std::unordered_map<uint64_t, MemoryStore::WaiterId> parked;
+  std::shared_ptr<MemoryStore> memory;
+  const std::atomic<uint32_t>* directPort = nullptr;
 };
 
 }  // namespace muster::rendezvous

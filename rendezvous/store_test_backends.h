@@ -34,13 +34,14 @@ class LocalBackend {
   std::shared_ptr<MemoryStore> memory_;
 };
 
-// A real gRPC server on 127.0.0.1:0 and real clients.
+// A real gRPC server on 127.0.0.1:0 and real clients (on the store's direct path when `direct`).
 class GrpcBackend {
  public:
-  GrpcBackend() {
+  explicit GrpcBackend(bool direct = false) : direct_(direct) {
     ServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
+    options.directPort = direct ? 0 : -1;
     options.limits = testLimits();
     auto server = RendezvousServer::start(options);
     if (!server.ok()) throw std::runtime_error(std::string(server.status().message()));
@@ -50,15 +51,27 @@ class GrpcBackend {
     ClientOptions options;
     options.target = server_->address();
     options.ns = ns;
+    size_t before = server_->directConnections();
     auto client = StoreClient::connect(options, deadlineAfter(Millis(10000)));
     if (!client.ok()) throw std::runtime_error(std::string(client.status().message()));
+    // Each client its own connection on the direct path: the suite runs there, not on gRPC.
+    if (direct_ && server_->directConnections() <= before) {
+      throw std::runtime_error("the client did not move to the store's direct path");
+    }
     return std::move(*client);
   }
   MemoryStore& memory() { return *server_->memory(); }
   RendezvousServer& server() { return *server_; }
 
  private:
+  bool direct_;
   std::unique_ptr<RendezvousServer> server_;
+};
+
+// The same server with its direct path on, and clients that use it.
+class DirectBackend : public GrpcBackend {
+ public:
+  DirectBackend() : GrpcBackend(true) {}
 };
 
 }  // namespace muster::rendezvous::testing

@@ -198,11 +198,13 @@ std::unique_ptr<muster::rendezvous::TcpStoreFront> startFront(size_t maxConnecti
   return std::move(*server);
 }
 
-// muster's gRPC store on a free loopback port, or null (said on stderr).
-std::unique_ptr<muster::rendezvous::RendezvousServer> startGrpc() {
+// muster's gRPC store on a free loopback port, or null (said on stderr). `direct`: with its
+// direct path on (muster's client then moves its session there).
+std::unique_ptr<muster::rendezvous::RendezvousServer> startGrpc(bool direct = false) {
   muster::rendezvous::ServerOptions opts;
   opts.host = "127.0.0.1";
   opts.port = 0;
+  opts.directPort = direct ? 0 : -1;
   auto server = muster::rendezvous::RendezvousServer::start(opts);
   if (!server.ok()) {
     std::fprintf(stderr, "store_bench: %s\n", std::string(server.status().message()).c_str());
@@ -627,13 +629,13 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measured seconds per run")->capture_default_str();
   app.add_option("--value-bytes", valueBytes, "value size")->capture_default_str();
   app.add_option("--client-counts", clientCounts, "client process counts")->delimiter(',');
-  std::vector<std::string> stores{"tcpstore", "front", "grpc"};
+  std::vector<std::string> stores{"tcpstore", "front", "grpc", "direct"};
   int repeat = 3;
   app.add_option("--repeat", repeat, "runs per store, taking turns; the median is shown")
       ->capture_default_str();
   app.add_option("--stores", stores, "which stores to run (for profiling one alone)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"tcpstore", "front", "grpc"}))
+      ->check(CLI::IsMember({"tcpstore", "front", "grpc", "direct"}))
       ->capture_default_str();
   std::vector<int> startupRanks;
   int startupProcs = 4, world = 0;
@@ -687,7 +689,7 @@ int main(int argc, char** argv) {
   };
   std::vector<std::string> csv;
   for (int n : clientCounts) {
-    std::vector<Result> tcps, fronts, grpcs;
+    std::vector<Result> tcps, fronts, grpcs, directs;
     for (int round = 0; round < repeat; ++round) {
       if (wanted("tcpstore")) {
         auto server = tcpStoreServer(std::chrono::seconds(120));
@@ -706,12 +708,20 @@ int main(int argc, char** argv) {
         if (!server) return 1;
         grpcs.push_back(runOnce(self, "muster", server->address(), n, seconds, valueBytes, dir));
       }
+      if (wanted("direct")) {
+        // The same store and client, the session on the store's direct path.
+        auto server = startGrpc(true);
+        if (!server) return 1;
+        directs.push_back(runOnce(self, "muster", server->address(), n, seconds, valueBytes, dir));
+      }
     }
-    Result tcp = median(tcps), front = median(fronts), ours = median(grpcs);
+    Result tcp = median(tcps), front = median(fronts), ours = median(grpcs),
+           direct = median(directs);
     std::vector<std::pair<const char*, Result>> rows;
     if (wanted("tcpstore")) rows.emplace_back("tcpstore", tcp);
     if (wanted("front")) rows.emplace_back("front", front);
     if (wanted("grpc")) rows.emplace_back("grpc", ours);
+    if (wanted("direct")) rows.emplace_back("direct", direct);
     for (const auto& [name, r] : rows) {
       std::printf("%8d  %-9s %12.0f %9.3f %9.3f %14.1f %14.1f\n", n, name, r.opsPerSec, r.p50Ms,
                   r.p99Ms, r.serverCpuUsPerOp, r.clientCpuUsPerOp);
@@ -731,12 +741,13 @@ int main(int argc, char** argv) {
       return r.opsPerSec > 0 && tcp.opsPerSec > 0 ? fmt::format("{:.2f}", r.opsPerSec / tcp.opsPerSec)
                                                   : std::string("nan");
     };
-    csv.push_back(fmt::format("{},{},{},{},{},{}", n, ops(tcp), ops(front), ops(ours), toTcp(front),
-                              toTcp(ours)));
+    csv.push_back(fmt::format("{},{},{},{},{},{},{},{}", n, ops(tcp), ops(front), ops(ours),
+                              toTcp(front), toTcp(ours), ops(direct), toTcp(direct)));
     std::fflush(stdout);
   }
   // For plots: one line per client count.
-  std::printf("csv: clients,tcpstore_ops,front_ops,grpc_ops,front_vs_tcpstore,grpc_vs_tcpstore\n");
+  std::printf("csv: clients,tcpstore_ops,front_ops,grpc_ops,front_vs_tcpstore,grpc_vs_tcpstore,"
+              "direct_ops,direct_vs_tcpstore\n");
   for (const auto& line : csv) std::printf("csv: %s\n", line.c_str());
   fs::remove_all(dir);
   return 0;

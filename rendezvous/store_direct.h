@@ -1,0 +1,59 @@
+// The store's direct path: the same sessions as muster.v1.Store's Session stream (the same
+// StoreService, the same token), on a plain TCP port with a framing of its own
+// (direct_wire.h) instead of HTTP/2. It exists for speed: a store operation through gRPC's
+// client costs several times the kernel's round trip, and 64 client processes on one host
+// spend most of their time there. Plaintext only: a server with TLS does not offer it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/deadline.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/store_service.h"
+
+namespace muster::rendezvous {
+
+struct DirectOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0 picks a free port; port() says which
+  // The largest request message a client may send (the store's largest request).
+  size_t maxMessageBytes = size_t{4} << 20;
+  // Connections beyond this are closed at once; also kept below the descriptor limit.
+  size_t maxConnections = 65536;
+  // A connection that has not said hello (magic and token) by then is closed.
+  Millis helloTimeout{10000};
+  // Event loops, a thread each; 0: one per core, at most 8.
+  int loops = 0;
+};
+
+// Thread-safety: every method may be called from any thread. Lifetime: `service` and `gate`
+// outlive it; the destructor shuts it down.
+class StoreDirect {
+ public:
+  // Errors: UNAVAILABLE (the address cannot be bound; the message says why).
+  static absl::StatusOr<std::unique_ptr<StoreDirect>> start(StoreService& service,
+                                                            TokenGate& gate,
+                                                            DirectOptions options);
+  ~StoreDirect();
+  StoreDirect(const StoreDirect&) = delete;
+  StoreDirect& operator=(const StoreDirect&) = delete;
+
+  int port() const { return port_; }
+  size_t connections() const;
+
+  // Stops accepting, waits at most `grace` for the connections to end (StoreService::closeAll
+  // ends their sessions first), then closes the rest. Idempotent.
+  void shutdown(Millis grace = Millis(2000));
+
+  class Impl;
+
+ private:
+  StoreDirect(std::shared_ptr<Impl> impl, int port) : impl_(std::move(impl)), port_(port) {}
+  std::shared_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace muster::rendezvous
