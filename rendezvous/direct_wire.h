@@ -2,6 +2,7 @@
 // both speak on the plain TCP port a ServerInfo names.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -15,7 +16,11 @@ inline constexpr std::string_view kMagic = "MUSTERD1";
 // A frame: 4 bytes of little-endian length, then the kind and the message.
 inline constexpr size_t kHeaderBytes = 5;
 
-enum class Kind : uint8_t { kHello = 1, kRequest = 2, kAnswer = 3, kEnd = 4 };
+enum class Kind : uint8_t { kHello = 1, kRequest = 2, kAnswer = 3, kEnd = 4, kWelcome = 5, kPing = 6 };
+
+// The server pings a connection it has written nothing to for 10 s (DirectOptions); a client
+// that hears nothing for kSilence takes the store for gone (a dead host, a hung process).
+inline constexpr std::chrono::milliseconds kSilence{30000};
 
 // Appends one frame carrying `message`.
 inline void appendFrame(std::string& out, Kind kind, const google::protobuf::MessageLite& message) {

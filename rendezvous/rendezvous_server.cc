@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
@@ -157,7 +158,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
     auto direct = StoreDirect::start(*server->service_, *server->gate_,
                                      {.host = options.host,
                                       .port = options.directPort,
-                                      .maxMessageBytes = largest});
+                                      .maxMessageBytes = largest,
+                                      .maxBufferedBytes = inflight});
     if (!direct.ok()) return direct.status();
     server->direct_ = std::move(*direct);
     server->service_->advertiseDirectPort(static_cast<uint32_t>(server->direct_->port()));
@@ -246,9 +248,12 @@ void RendezvousServer::shutdown(Millis grace) {
   memory_->shutdown();
   rendezvous_->shutdown();
   service_->closeAll();
-  auto until = std::chrono::system_clock::now() + grace;
-  if (direct_) direct_->shutdown(grace);
-  server_->Shutdown(until);
+  // Both transports' sessions end side by side, each within the grace.
+  std::thread direct([this, grace] {
+    if (direct_) direct_->shutdown(grace);
+  });
+  server_->Shutdown(std::chrono::system_clock::now() + grace);
+  direct.join();
   door_->stop();
   logger()->log(announce_ ? spdlog::level::info : spdlog::level::debug,
                 "store on {} shut down ({} pending waits ended)", address_, pending);

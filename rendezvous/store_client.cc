@@ -120,11 +120,16 @@ std::optional<std::string> targetHost(const std::string& target) {
 // The direct path (store_direct.h): one blocking TCP socket, frames both ways.
 class DirectStream final : public SessionStream {
  public:
-  // Connects to host:port within `deadline`, says hello (magic and token). Errors: UNAVAILABLE
-  // with the reason (no answer in time, refused, ...).
+  // Connects to host:port within `deadline`, says hello (magic and token) and waits for the
+  // welcome, whose ServerInfo goes to `*welcome`. Errors: UNAVAILABLE with the reason (no
+  // answer in time, refused, closed), or the store's own (UNAUTHENTICATED). `*timedOut`: the
+  // deadline ran out, which says nothing of the port when the deadline was short.
   static absl::StatusOr<std::unique_ptr<DirectStream>> open(const std::string& host, int port,
                                                             const std::string& token,
-                                                            Deadline deadline) {
+                                                            Deadline deadline,
+                                                            pb::ServerInfo* welcome,
+                                                            bool* timedOut) {
+    *timedOut = false;
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
@@ -135,7 +140,7 @@ class DirectStream final : public SessionStream {
     std::string why = "no address";
     int fd = -1;
     for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-      fd = connectOne(a, deadline, why);
+      fd = connectOne(a, deadline, why, timedOut);
     }
     freeaddrinfo(found);
     if (fd < 0) return absl::UnavailableError(fmt::format("{}:{}: {}", host, port, why));
@@ -147,7 +152,20 @@ class DirectStream final : public SessionStream {
     if (!stream->sendAll(opening)) {
       return absl::UnavailableError(fmt::format("{}:{}: {}", host, port, std::strerror(errno)));
     }
-    return stream;
+    auto kind = stream->nextFrame(deadline);
+    if (kind == direct::Kind::kWelcome && welcome->ParseFromArray(stream->body_, stream->bodyBytes_)) {
+      return stream;
+    }
+    if (kind == direct::Kind::kEnd) {
+      pb::StoreResponse end;
+      end.ParseFromArray(stream->body_, stream->bodyBytes_);
+      return absl::Status(static_cast<absl::StatusCode>(end.code()),
+                          fmt::format("{}:{}: {}", host, port, end.message()));
+    }
+    *timedOut = stream->ended_.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    return absl::UnavailableError(fmt::format(
+        "{}:{}: {}", host, port,
+        kind ? "no welcome from the store" : stream->ended_.error_message()));
   }
 
   ~DirectStream() override { ::close(fd_); }
@@ -160,40 +178,25 @@ class DirectStream final : public SessionStream {
 
   bool read(pb::StoreResponse* response) override {
     while (true) {
-      if (in_.size() - head_ >= direct::kHeaderBytes) {
-        uint32_t length = direct::frameLength(in_.data() + head_);
-        if (length == 0 || length > static_cast<uint32_t>(INT_MAX)) {
-          return end(grpc::StatusCode::UNAVAILABLE,
-                     fmt::format("the store sent a frame of {} bytes", length));
+      // The store pings a quiet connection: silence this long means it is gone.
+      auto kind = nextFrame(deadlineAfter(direct::kSilence));
+      if (!kind) {
+        if (ended_.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          ended_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                fmt::format("the store sent nothing for {} s",
+                                            direct::kSilence.count() / 1000));
         }
-        if (in_.size() - head_ >= 4 + size_t{length}) {
-          auto kind = static_cast<direct::Kind>(in_[head_ + 4]);
-          const char* body = in_.data() + head_ + direct::kHeaderBytes;
-          head_ += 4 + size_t{length};
-          if (kind == direct::Kind::kAnswer &&
-              response->ParseFromArray(body, static_cast<int>(length - 1))) {
-            compact();
-            return true;
-          }
-          pb::StoreResponse end;
-          if (kind == direct::Kind::kEnd && end.ParseFromArray(body, static_cast<int>(length - 1))) {
-            return this->end(static_cast<grpc::StatusCode>(end.code()), end.message());
-          }
-          return this->end(grpc::StatusCode::UNAVAILABLE,
-                           fmt::format("the store sent a frame of kind {} that does not parse",
-                                       static_cast<int>(kind)));
-        }
+        return false;
       }
-      compact();
-      size_t at = in_.size();
-      in_.resize(at + kReadChunk);
-      ssize_t n = ::recv(fd_, in_.data() + at, kReadChunk, 0);
-      in_.resize(at + static_cast<size_t>(std::max<ssize_t>(n, 0)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return end(grpc::StatusCode::UNAVAILABLE, std::strerror(errno));
-      if (n == 0) {
-        return end(grpc::StatusCode::UNAVAILABLE, "the store closed the connection");
+      if (*kind == direct::Kind::kPing) continue;
+      if (*kind == direct::Kind::kAnswer && response->ParseFromArray(body_, bodyBytes_)) return true;
+      pb::StoreResponse end;
+      if (*kind == direct::Kind::kEnd && end.ParseFromArray(body_, bodyBytes_)) {
+        return fail(static_cast<grpc::StatusCode>(end.code()), end.message());
       }
+      return fail(grpc::StatusCode::UNAVAILABLE,
+                  fmt::format("the store sent a frame of kind {} that does not parse",
+                              static_cast<int>(*kind)));
     }
   }
 
@@ -204,10 +207,10 @@ class DirectStream final : public SessionStream {
  private:
   static constexpr size_t kReadChunk = 64 * 1024;
 
-  explicit DirectStream(int fd) : fd_(fd) {}
+  explicit DirectStream(int fd) : fd_(fd), chunk_(new char[kReadChunk]) {}
 
   // A connected socket to `a` (blocking, no delay, keepalive), or -1 with `why`.
-  static int connectOne(const addrinfo* a, Deadline deadline, std::string& why) {
+  static int connectOne(const addrinfo* a, Deadline deadline, std::string& why, bool* timedOut) {
     int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);
@@ -218,39 +221,84 @@ class DirectStream final : public SessionStream {
       ::close(fd);
       return -1;
     }
-    pollfd p{fd, POLLOUT, 0};
-    int waitMs = deadline == kNoDeadline ? -1 : static_cast<int>(std::max<int64_t>(0, millisLeft(deadline)));
-    int ready;
-    do {
-      ready = ::poll(&p, 1, waitMs);
-    } while (ready < 0 && errno == EINTR);
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (ready <= 0) {
-      err = ready == 0 ? ETIMEDOUT : errno;
-    } else {
+    int err = waitFor(fd, POLLOUT, deadline);
+    if (err == 0) {
+      socklen_t len = sizeof err;
       getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     }
     if (err != 0) {
+      *timedOut = err == ETIMEDOUT;
       why = std::strerror(err);
       ::close(fd);
       return -1;
     }
-    setBlocking(fd);
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    // A store that vanishes (its host lost, a cable pulled) is noticed, as gRPC's keepalive does.
+    // A store whose host is lost is noticed: data it does not acknowledge, or keepalive
+    // probes it does not answer, end the connection after 30 s (a hung store: its pings stop).
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     int idle = 10, interval = 5, count = 3;
+    unsigned int userTimeout = 30000;
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
     return fd;
   }
 
-  static void setBlocking(int fd) {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  // Waits until `fd` is ready for `events` or `deadline` passes: 0, ETIMEDOUT or an errno.
+  static int waitFor(int fd, short events, Deadline deadline) {
+    while (true) {
+      int waitMs = deadline == kNoDeadline
+                       ? -1
+                       : static_cast<int>(std::clamp<int64_t>(millisLeft(deadline), 0, INT_MAX));
+      pollfd p{fd, events, 0};
+      int ready = ::poll(&p, 1, waitMs);
+      if (ready > 0) return 0;
+      if (ready == 0) return ETIMEDOUT;
+      if (errno != EINTR) return errno;
+    }
+  }
+
+  // The next whole frame's kind, its message at body_ (valid until the next call); nullopt
+  // when the stream ended or `deadline` passed (ended_ says which).
+  std::optional<direct::Kind> nextFrame(Deadline deadline) {
+    while (true) {
+      if (in_.size() - head_ >= direct::kHeaderBytes) {
+        uint32_t length = direct::frameLength(in_.data() + head_);
+        if (length == 0 || length > static_cast<uint32_t>(INT_MAX)) {
+          fail(grpc::StatusCode::UNAVAILABLE,
+               fmt::format("the store sent a frame of {} bytes", length));
+          return std::nullopt;
+        }
+        if (in_.size() - head_ >= 4 + size_t{length}) {
+          auto kind = static_cast<direct::Kind>(in_[head_ + 4]);
+          body_ = in_.data() + head_ + direct::kHeaderBytes;
+          bodyBytes_ = static_cast<int>(length - 1);
+          head_ += 4 + size_t{length};
+          return kind;
+        }
+      }
+      compact();
+      if (int err = waitFor(fd_, POLLIN, deadline); err != 0) {
+        fail(err == ETIMEDOUT ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::UNAVAILABLE,
+             std::strerror(err));
+        return std::nullopt;
+      }
+      ssize_t n = ::recv(fd_, chunk_.get(), kReadChunk, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        fail(grpc::StatusCode::UNAVAILABLE, std::strerror(errno));
+        return std::nullopt;
+      }
+      if (n == 0) {
+        fail(grpc::StatusCode::UNAVAILABLE, "the store closed the connection");
+        return std::nullopt;
+      }
+      in_.append(chunk_.get(), static_cast<size_t>(n));
+    }
   }
 
   bool sendAll(const std::string& bytes) {
@@ -263,16 +311,17 @@ class DirectStream final : public SessionStream {
     return true;
   }
 
-  bool end(grpc::StatusCode code, const std::string& why) {
+  bool fail(grpc::StatusCode code, const std::string& why) {
     ended_ = grpc::Status(code, why);
     return false;
   }
 
+  // Drops what was read (the last frame's body stays valid until the next read).
   void compact() {
     if (head_ == in_.size()) {
       in_.clear();
       head_ = 0;
-      if (in_.capacity() > (size_t{8} << 20)) in_.shrink_to_fit();
+      if (in_.capacity() > (size_t{8} << 20)) std::string().swap(in_);
     } else if (head_ > (size_t{1} << 20)) {
       in_.erase(0, head_);
       head_ = 0;
@@ -280,9 +329,12 @@ class DirectStream final : public SessionStream {
   }
 
   int fd_;
+  std::unique_ptr<char[]> chunk_;  // what one recv takes
   std::string out_;  // the frame being written (writes are one at a time)
   std::string in_;
   size_t head_ = 0;
+  const char* body_ = nullptr;
+  int bodyBytes_ = 0;
   grpc::Status ended_;
 };
 
@@ -717,9 +769,15 @@ class ClientConnection {
       } else if (answer.ok() && answer->code() == 0) {
         batchBytes_ = 0;
       }
-      if (answer.ok() && answer->code() == 0) directPort_ = answer->info().direct_port();
+      if (answer.ok() && answer->code() == 0) adoptInfoLocked(answer->info());
     }
     return session_;
+  }
+
+  // Whether the live session is on the store's direct path.
+  bool onDirect() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return session_ && !session_->broken() && session_->direct();
   }
 
   void setLimits(const pb::ServerInfo& info) {
@@ -732,14 +790,7 @@ class ClientConnection {
       batchBytes_ = std::min(kMaxBatchBytes, largestRequest(limits_));
       if (session_) session_->batchUpTo(batchBytes_);
     }
-    directPort_ = info.direct_port();
-    // The store offers its direct path: the session moves there now, before any request of the
-    // caller's (connect asks for info first), so nothing is in flight on the old one.
-    if (session_ && !session_->direct() && directPort_ != 0) {
-      auto old = std::move(session_);
-      for (auto& r : old->takeUnacked()) replay_.push_back(std::move(r));
-      if (!openDirectLocked(deadlineAfter(kDirectConnectWait))) session_ = std::move(old);
-    }
+    adoptInfoLocked(info);
   }
 
   // Sends a quiet request; a broken stream is reopened and the request sent again (only
@@ -820,23 +871,57 @@ class ClientConnection {
   }
 
  private:
+  // With mu_ held: what the store's info says of its direct path. A store that offers it and
+  // has not been found unusable takes the session there now, when it is on gRPC: at connect
+  // (which asks for info before any request of the caller's) and on a new session after a
+  // break, so that nothing but replayed sets is in flight on the old one.
+  void adoptInfoLocked(const pb::ServerInfo& info) {
+    directPort_ = info.direct_port();
+    instance_ = info.instance();
+    if (!session_ || session_->direct() || directPort_ == 0) return;
+    auto old = std::move(session_);
+    if (!openDirectLocked(deadlineAfter(kDirectConnectWait))) {
+      session_ = std::move(old);
+      return;
+    }
+    // The new session is live. Nothing is unconfirmed on the old one here (the info's answer
+    // confirmed all before it), but should anything be, it goes again on the new one.
+    auto lost = old->takeUnacked();
+    old.reset();
+    session_->replay(std::move(lost));
+  }
+
   // With mu_ held and no session: opens one on the direct path if the store offers it. False:
   // use gRPC. A port that could not be reached is not tried again by this connection (a
   // firewall would cost each new session the wait), one line says so; a store that comes back
   // with another port is tried there.
   bool openDirectLocked(Deadline deadline) {
-    if (directPort_ == 0 || directPort_ == unreachablePort_ || !options_.direct ||
-        !options_.tlsCaPem.empty()) {
+    if (directPort_ == 0 || !options_.direct || !options_.tlsCaPem.empty() ||
+        (directPort_ == unreachable_.first && instance_ == unreachable_.second)) {
       return false;
     }
     auto host = targetHost(options_.target);
     if (!host) return false;
+    Deadline until = deadlineAfter(kDirectConnectWait);
+    bool shortened = deadline < until;
+    pb::ServerInfo welcome;
+    bool timedOut = false;
     auto stream = DirectStream::open(*host, static_cast<int>(directPort_), options_.token,
-                                     std::min(deadline, deadlineAfter(kDirectConnectWait)));
-    if (!stream.ok()) {
-      unreachablePort_ = directPort_;
-      logger()->warn("store {}: its direct path (port {}) cannot be reached ({}); staying on gRPC",
-                     options_.target, directPort_, std::string(stream.status().message()));
+                                     std::min(deadline, until), &welcome, &timedOut);
+    if (stream.ok() && welcome.instance() != instance_) {
+      // Another run of the store has the port (it restarted; or another store took the port):
+      // the store's next info says which, and the session moves there if it is this one's.
+      logger()->debug("store {}: port {} answers for another run of the store", options_.target,
+                      directPort_);
+      return false;
+    }
+    absl::Status failed = stream.status();
+    if (!failed.ok()) {
+      // A caller's deadline cut the try short: that says nothing of the port.
+      if (timedOut && shortened) return false;
+      unreachable_ = {directPort_, instance_};
+      logger()->warn("store {}: its direct path (port {}) cannot be used ({}); staying on gRPC",
+                     options_.target, directPort_, std::string(failed.message()));
       return false;
     }
     session_ = std::make_shared<Session>(std::move(*stream), options_.target, true);
@@ -854,8 +939,10 @@ class ClientConnection {
   std::deque<pb::StoreRequest> replay_;
   StoreLimits limits_;  // the server's, once connect has asked; unlimited until then
   size_t batchBytes_ = 0;  // the server batches: what one message may carry
-  uint32_t directPort_ = 0;       // the store's direct path, as its last info said
-  uint32_t unreachablePort_ = 0;  // a direct port that could not be reached: gRPC instead
+  uint32_t directPort_ = 0;  // the store's direct path, as its last info said
+  std::string instance_;     // the run of the store its last info came from
+  // A direct port (and the store's run) that could not be used: gRPC instead.
+  std::pair<uint32_t, std::string> unreachable_;
 };
 
 StoreClient::StoreClient(std::shared_ptr<ClientConnection> connection, std::string ns)
@@ -896,6 +983,8 @@ absl::Status StoreClient::post(pb::StoreRequest& request) {
 }
 
 absl::Status StoreClient::flush(Deadline deadline) { return connection_->flush(deadline); }
+
+bool StoreClient::direct() const { return connection_->onDirect(); }
 
 absl::StatusOr<pb::StoreResponse> StoreClient::execute(pb::StoreRequest& request,
                                                        Deadline deadline) {

@@ -42,6 +42,8 @@ class StoreClient : public Store {
   // A view of another namespace over the same connection.
   std::unique_ptr<StoreClient> withNamespace(std::string ns) const;
   absl::Status flush(Deadline deadline) override;
+  // Whether the connection's session is on the store's direct path now (not gRPC).
+  bool direct() const;
 
  protected:
   absl::StatusOr<pb::StoreResponse> execute(pb::StoreRequest& request,

@@ -9,10 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/asio.hpp>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <thread>
 #include <unordered_map>
@@ -33,9 +33,15 @@ auto logger() {
   return l;
 }
 
+// What one read takes off a socket, into its loop's buffer.
 constexpr size_t kReadChunk = 64 * 1024;
-// A hello is a token: anything longer is not one.
-constexpr size_t kMaxHelloBytes = 64 * 1024;
+// A hello is a token and little else.
+constexpr size_t kMaxHelloBytes = 4096;
+// A connection's input buffer keeps no more than this once it is empty.
+constexpr size_t kKeptInputCapacity = 256 * 1024;
+// After its end frame, how long a connection waits for its client to close (reading what it
+// still sends) before it closes itself.
+constexpr Millis kLinger{2000};
 
 class DirectConnection;
 
@@ -49,6 +55,7 @@ class StoreDirect::Impl {
     if (loops <= 0) loops = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
     for (int i = 0; i < loops; ++i) {
       loops_.push_back(std::make_unique<asio::io_context>(1));
+      scratch_.emplace_back(kReadChunk);
       work_.emplace_back(asio::make_work_guard(*loops_.back()));
     }
     acceptor_ = std::make_unique<tcp::acceptor>(*loops_[0]);
@@ -90,21 +97,37 @@ class StoreDirect::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return live_.size();
   }
-  // One line a second at most for clients that are not muster's.
+  // One line a second at most for clients that are not muster's or misbehave before hello.
   void warnForeign(const std::string& line) {
     if (foreignLog_.pass()) logger()->warn("{}", line);
   }
+  // Input buffered across connections: false (and nothing taken) when `more` would pass the
+  // budget.
+  bool reserveInput(size_t more) {
+    size_t now = buffered_.load();
+    do {
+      if (now + more > options_.maxBufferedBytes) return false;
+    } while (!buffered_.compare_exchange_weak(now, now + more));
+    return true;
+  }
+  void releaseInput(size_t less) { buffered_.fetch_sub(less); }
+  size_t bufferedInput() const { return buffered_.load(); }
 
   StoreService& service_;
   TokenGate& gate_;
   DirectOptions options_;
+  std::atomic<size_t> buffered_{0};
+  std::atomic<size_t> greeting_{0};  // connections that have not said hello yet
   // Declared before the loops: a connection that goes with its loop's handlers still finds them.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<DirectConnection*, std::weak_ptr<DirectConnection>> live_;
   log::OncePerSecond foreignLog_;
+  std::mutex shutdownMu_;  // held for a whole shutdown
   bool down_ = false;
   std::vector<std::unique_ptr<asio::io_context>> loops_;
+  // Each loop's read buffer: a read's bytes are taken off it before the handler returns.
+  std::vector<std::vector<char>> scratch_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::unique_ptr<tcp::acceptor> acceptor_;
   std::unique_ptr<asio::steady_timer> retry_;
@@ -120,25 +143,44 @@ namespace {
 class DirectConnection final : public SessionSink,
                                public std::enable_shared_from_this<DirectConnection> {
  public:
-  DirectConnection(StoreDirect::Impl* impl, asio::io_context& io, tcp::socket socket)
-      : impl_(impl), io_(io), socket_(std::move(socket)), helloTimer_(io) {
+  DirectConnection(StoreDirect::Impl* impl, asio::io_context& io, std::vector<char>& scratch,
+                   tcp::socket socket)
+      : impl_(impl), io_(io), scratch_(scratch), socket_(std::move(socket)), timer_(io) {
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
     socket_.set_option(tcp::no_delay(true), ec);
+    socket_.non_blocking(true, ec);
+    // A client that vanishes (its host lost) is noticed: unanswered data or keepalive probes
+    // give up after 30 s.
+    int fd = socket_.native_handle();
+    int one = 1, idle = 10, interval = 5, count = 3;
+    unsigned int userTimeout = 30000;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
   }
 
   ~DirectConnection() override {
     release();
-    if (!closed_) impl_->forget(this);
+    if (!closed_) {
+      impl_->forget(this);
+      leaveGreeting();
+    }
+    account(0);
   }
+
+  asio::io_context& executor() { return io_; }
+  bool hasSession() const { return state_ != nullptr; }
 
   void start() {
     self_ = shared_from_this();
-    helloTimer_.expires_after(impl_->options_.helloTimeout);
-    helloTimer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+    timer_.expires_after(impl_->options_.helloTimeout);
+    timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
-      if (ec || !self || self->state_ || self->closed_) return;
+      if (ec || !self || self->greeted_ || self->closed_) return;
       self->impl_->warnForeign(fmt::format(
           "store direct path: {} sent no hello within {} ms; closed", self->peer_,
           self->impl_->options_.helloTimeout.count()));
@@ -146,8 +188,6 @@ class DirectConnection final : public SessionSink,
     });
     read();
   }
-
-  asio::io_context& executor() { return io_; }
 
   // The service is gone or going: no more session, no more socket.
   void forceClose() {
@@ -158,7 +198,7 @@ class DirectConnection final : public SessionSink,
   void startWrite(const pb::StoreResponse& response) override {
     auto frame = std::make_shared<std::string>();
     direct::appendFrame(*frame, direct::Kind::kAnswer, response);
-    send(std::move(frame), false);
+    post(std::move(frame), Role::kAnswer);
   }
 
   void finish(const grpc::Status& status) override {
@@ -167,50 +207,116 @@ class DirectConnection final : public SessionSink,
     end.set_message(status.error_message());
     auto frame = std::make_shared<std::string>();
     direct::appendFrame(*frame, direct::Kind::kEnd, end);
-    send(std::move(frame), true);
+    post(std::move(frame), Role::kEnd);
   }
 
  private:
-  // From any thread (the session's lock held): writes on the loop. `last`: the end frame.
-  void send(std::shared_ptr<std::string> frame, bool last) {
+  enum class Role { kAnswer, kEnd, kWelcome, kPing };
+
+  // From any thread (the session's lock held): queues the frame on the loop.
+  void post(std::shared_ptr<std::string> frame, Role role) {
     auto self = weak_from_this().lock();
     if (!self) return;  // being destroyed: release() detaches it
-    asio::post(io_, [self = std::move(self), frame = std::move(frame), last] {
-      if (self->closed_) {
-        if (last) {
-          self->release();
-        } else if (self->state_) {
-          self->state_->writeDone(false);
-        }
-        return;
-      }
-      asio::async_write(self->socket_, asio::buffer(*frame),
-                        [self, frame, last](boost::system::error_code ec, size_t) {
-                          if (last) {
-                            self->release();
-                            self->closeNow();
-                          } else if (self->state_) {
-                            self->state_->writeDone(!ec);
-                          }
-                        });
+    asio::post(io_, [self = std::move(self), frame = std::move(frame), role] {
+      self->queueFrame(std::move(frame), role);
     });
   }
 
+  void queueFrame(std::shared_ptr<std::string> frame, Role role) {
+    if (closed_ || ended_) {
+      // Nothing more reaches the client: the session learns it as a failed write.
+      if (role == Role::kAnswer && state_) state_->writeDone(false);
+      if (role == Role::kEnd) release();
+      return;
+    }
+    out_.emplace_back(std::move(frame), role);
+    writeNext();
+  }
+
+  void writeNext() {
+    if (writing_ || out_.empty() || closed_) return;
+    writing_ = true;
+    auto [frame, role] = out_.front();
+    out_.pop_front();
+    asio::async_write(socket_, asio::buffer(*frame),
+                      [self = shared_from_this(), frame = frame, role = role](
+                          boost::system::error_code ec, size_t) {
+                        self->writing_ = false;
+                        self->lastWrite_ = std::chrono::steady_clock::now();
+                        self->written(role, !ec);
+                      });
+  }
+
+  void written(Role role, bool ok) {
+    switch (role) {
+      case Role::kAnswer:
+        if (state_) state_->writeDone(ok);
+        break;
+      case Role::kEnd:
+        release();
+        linger();
+        return;
+      case Role::kWelcome:
+      case Role::kPing:
+        if (!ok && state_) state_->close(grpc::Status::CANCELLED);
+        break;
+    }
+    writeNext();
+  }
+
+  // After the end frame: no more writes; what the client still sends is read and dropped
+  // until it closes, so that the kernel does not reset the connection (losing the end frame)
+  // for input left unread. Bounded by kLinger.
+  void linger() {
+    if (closed_) return;
+    ended_ = true;
+    stopReading_ = true;
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    timer_.expires_after(kLinger);
+    timer_.async_wait([weak = weak_from_this()](boost::system::error_code e) {
+      if (auto self = weak.lock(); self && !e) self->closeNow();
+    });
+    drain();
+  }
+
+  void drain() {
+    if (closed_) return;
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (self->closed_) return;
+      boost::system::error_code readError;
+      size_t n = ec ? 0 : self->socket_.read_some(asio::buffer(self->scratch_), readError);
+      if (ec || (readError && readError != asio::error::would_block) || (n == 0 && !readError)) {
+        self->closeNow();
+        return;
+      }
+      self->drain();
+    });
+  }
+
+  // Waits for input, then takes what has come into the loop's buffer.
   void read() {
     if (closed_ || stopReading_) return;
-    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](
-                                                      boost::system::error_code ec, size_t n) {
-      if (self->closed_) return;
-      if (ec) {
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (self->closed_ || self->stopReading_) return;
+      boost::system::error_code readError = ec;
+      size_t n = 0;
+      if (!ec) n = self->socket_.read_some(asio::buffer(self->scratch_), readError);
+      if (readError == asio::error::would_block) {
+        self->read();
+        return;
+      }
+      if (readError) {
         // The end of its requests (half-closed): answer what is due, then end. Reset: gone.
         if (!self->state_) {
           self->closeNow();
         } else {
-          self->state_->close(ec == asio::error::eof ? grpc::Status::OK : grpc::Status::CANCELLED);
+          self->state_->close(readError == asio::error::eof ? grpc::Status::OK
+                                                            : grpc::Status::CANCELLED);
         }
         return;
       }
-      self->in_.append(self->chunk_.data(), n);
+      self->in_.append(self->scratch_.data(), n);
       self->parse();
       self->read();
     });
@@ -233,7 +339,7 @@ class DirectConnection final : public SessionSink,
     }
     while (!closed_ && !stopReading_ && in_.size() - at >= direct::kHeaderBytes) {
       uint32_t length = direct::frameLength(in_.data() + at);
-      size_t most = state_ ? impl_->options_.maxMessageBytes + 1 : kMaxHelloBytes;
+      size_t most = greeted_ ? impl_->options_.maxMessageBytes + 1 : kMaxHelloBytes;
       if (length == 0 || length > most) {
         refuse(grpc::StatusCode::INVALID_ARGUMENT,
                fmt::format("a frame of {} bytes; the most this store takes is {}", length, most));
@@ -244,7 +350,7 @@ class DirectConnection final : public SessionSink,
       const char* body = in_.data() + at + direct::kHeaderBytes;
       int bodyBytes = static_cast<int>(length - 1);
       at += 4 + size_t{length};
-      if (!state_) {
+      if (!greeted_) {
         hello(kind, body, bodyBytes);
       } else if (kind != direct::Kind::kRequest) {
         refuse(grpc::StatusCode::INVALID_ARGUMENT,
@@ -255,8 +361,27 @@ class DirectConnection final : public SessionSink,
         stopReading_ = true;
       }
     }
+    if (closed_) return;
     in_.erase(0, at);
-    if (in_.capacity() > (size_t{8} << 20) && in_.size() < kReadChunk) in_.shrink_to_fit();
+    if (in_.empty() && in_.capacity() > kKeptInputCapacity) std::string().swap(in_);
+    // A request still arriving counts against the budget of all connections together.
+    if (!account(in_.size())) {
+      refuse(grpc::StatusCode::RESOURCE_EXHAUSTED,
+             fmt::format("the store's input buffers are full ({} bytes across its direct "
+                         "connections)", impl_->bufferedInput()));
+    }
+  }
+
+  // Keeps this connection's share of the buffered input at `bytes`; false when the budget
+  // has no room for it (the share stays as it was).
+  bool account(size_t bytes) {
+    if (bytes > accounted_) {
+      if (!impl_->reserveInput(bytes - accounted_)) return false;
+    } else {
+      impl_->releaseInput(accounted_ - bytes);
+    }
+    accounted_ = bytes;
+    return true;
   }
 
   void hello(direct::Kind kind, const char* body, int bytes) {
@@ -266,15 +391,42 @@ class DirectConnection final : public SessionSink,
       closeNow();
       return;
     }
-    helloTimer_.cancel();
+    greeted_ = true;
+    leaveGreeting();
     bool admitted = impl_->gate_.admitsToken(hello.token(), peer_);
     state_ = impl_->service_.openSession(true);
     if (!admitted) {
       stopReading_ = true;
       state_->close(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                                  "missing or wrong token (x-muster-token)"));
+    } else {
+      // The welcome names this run of the store: the client checks it is the one it met.
+      pb::ServerInfo welcome;
+      welcome.set_batching(true);
+      welcome.set_instance(impl_->service_.instance());
+      auto frame = std::make_shared<std::string>();
+      direct::appendFrame(*frame, direct::Kind::kWelcome, welcome);
+      queueFrame(std::move(frame), Role::kWelcome);
+      keepAlive();
     }
     state_->attach(this);
+  }
+
+  // Every pingEvery: a ping when nothing was written meanwhile, so that the client can tell
+  // a quiet store from a lost one.
+  void keepAlive() {
+    timer_.expires_after(impl_->options_.pingEvery);
+    timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+      auto self = weak.lock();
+      if (ec || !self || self->closed_ || self->ended_) return;
+      if (!self->writing_ && self->out_.empty() &&
+          std::chrono::steady_clock::now() - self->lastWrite_ >= self->impl_->options_.pingEvery) {
+        auto frame = std::make_shared<std::string>();
+        direct::appendFrame(*frame, direct::Kind::kPing, pb::DirectHello());
+        self->queueFrame(std::move(frame), Role::kPing);
+      }
+      self->keepAlive();
+    });
   }
 
   // A session that breaks the protocol ends with `code`; a connection without one closes.
@@ -297,32 +449,48 @@ class DirectConnection final : public SessionSink,
     impl_->service_.forget(state);
   }
 
+  void leaveGreeting() {
+    if (!counted_) return;
+    counted_ = false;
+    impl_->greeting_.fetch_sub(1);
+  }
+
   void closeNow() {
     if (closed_) return;
     closed_ = true;
+    leaveGreeting();
     boost::system::error_code ec;
-    helloTimer_.cancel();
+    timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
     impl_->forget(this);
     in_.clear();
-    in_.shrink_to_fit();
+    std::string().swap(in_);
+    account(0);
+    out_.clear();
     self_.reset();  // the handlers under way hold it until they end
   }
 
   StoreDirect::Impl* impl_;
   asio::io_context& io_;
+  std::vector<char>& scratch_;
   tcp::socket socket_;
-  asio::steady_timer helloTimer_;
+  asio::steady_timer timer_;  // the hello's deadline, then the pings, then the linger
   std::string peer_;
   std::shared_ptr<DirectConnection> self_;
   std::shared_ptr<StoreService::SessionState> state_;
   std::string in_;
-  std::array<char, kReadChunk> chunk_;
+  size_t accounted_ = 0;
+  std::deque<std::pair<std::shared_ptr<std::string>, Role>> out_;
+  bool writing_ = false;
+  std::chrono::steady_clock::time_point lastWrite_ = std::chrono::steady_clock::now();
   pb::StoreRequest request_;
   bool magicSeen_ = false;
+  bool greeted_ = false;
   bool stopReading_ = false;
+  bool ended_ = false;  // the end frame is written
   bool closed_ = false;
+  bool counted_ = true;  // counted in the connections that have not said hello
 };
 
 }  // namespace
@@ -357,19 +525,23 @@ void StoreDirect::Impl::accept() {
       std::lock_guard<std::mutex> lock(mu_);
       full = live_.size() >= options_.maxConnections;
     }
-    if (full) {
-      warnForeign(fmt::format("store direct path: {} connections already; closing a new one",
-                              options_.maxConnections));
+    if (full || greeting_.load() >= options_.maxGreeting) {
+      warnForeign(full ? fmt::format("store direct path: {} connections already; closing a new one",
+                                     options_.maxConnections)
+                       : fmt::format("store direct path: {} connections have not said hello yet; "
+                                     "closing a new one", options_.maxGreeting));
       ::close(fd);
     } else {
-      asio::io_context& io = *loops_[next_++ % loops_.size()];
+      size_t i = next_++ % loops_.size();
+      asio::io_context& io = *loops_[i];
       boost::system::error_code assignError;
       tcp::socket socket(io);
       socket.assign(acceptor_->local_endpoint(assignError).protocol(), fd, assignError);
       if (assignError) {
         ::close(fd);
       } else {
-        auto c = std::make_shared<DirectConnection>(this, io, std::move(socket));
+        greeting_.fetch_add(1);
+        auto c = std::make_shared<DirectConnection>(this, io, scratch_[i], std::move(socket));
         {
           std::lock_guard<std::mutex> lock(mu_);
           live_.emplace(c.get(), c);
@@ -382,13 +554,26 @@ void StoreDirect::Impl::accept() {
 }
 
 void StoreDirect::Impl::shutdown(Millis grace) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (down_) return;
-    down_ = true;
-  }
+  std::lock_guard<std::mutex> once(shutdownMu_);
+  if (down_) return;
+  down_ = true;
   if (threads_.empty()) return;
-  // No new connections, then time for the sessions closing to say so.
+  auto closeWhere = [this](bool withSession) {
+    std::vector<std::shared_ptr<DirectConnection>> open;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [raw, weak] : live_) {
+        if (auto c = weak.lock()) open.push_back(std::move(c));
+      }
+    }
+    for (auto& c : open) {
+      asio::post(c->executor(), [c, withSession] {
+        if (withSession || !c->hasSession()) c->forceClose();
+      });
+    }
+  };
+  // No new connections; those that have no session yet go now (closeAll cannot end them);
+  // then time for the sessions closing to say so.
   std::promise<void> closed;
   asio::post(*loops_[0], [this, &closed] {
     boost::system::error_code ec;
@@ -397,22 +582,13 @@ void StoreDirect::Impl::shutdown(Millis grace) {
     closed.set_value();
   });
   closed.get_future().wait();
+  closeWhere(false);
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, grace, [&] { return live_.empty(); });
   }
   // The rest (a client that reads nothing, a half-open socket) are closed now, each on its loop.
-  std::vector<std::shared_ptr<DirectConnection>> open;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [raw, weak] : live_) {
-      if (auto c = weak.lock()) open.push_back(std::move(c));
-    }
-  }
-  for (auto& c : open) {
-    asio::post(c->executor(), [c] { c->forceClose(); });
-  }
-  open.clear();
+  closeWhere(true);
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, Millis(2000), [&] { return live_.empty(); });
@@ -420,6 +596,16 @@ void StoreDirect::Impl::shutdown(Millis grace) {
   work_.clear();
   for (auto& loop : loops_) loop->stop();
   for (auto& t : threads_) t.join();
+  threads_.clear();
+  // Any left (their loop stopped before it got to them) are closed here, no loop running.
+  std::vector<std::shared_ptr<DirectConnection>> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [raw, weak] : live_) {
+      if (auto c = weak.lock()) left.push_back(std::move(c));
+    }
+  }
+  for (auto& c : left) c->forceClose();
 }
 
 absl::StatusOr<std::unique_ptr<StoreDirect>> StoreDirect::start(StoreService& service,

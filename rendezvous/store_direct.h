@@ -21,10 +21,18 @@ struct DirectOptions {
   int port = 0;  // 0 picks a free port; port() says which
   // The largest request message a client may send (the store's largest request).
   size_t maxMessageBytes = size_t{4} << 20;
+  // Requests being received, across all connections (gRPC's max_inflight_bytes): a session
+  // whose request would pass it ends with RESOURCE_EXHAUSTED.
+  size_t maxBufferedBytes = size_t{1} << 30;
   // Connections beyond this are closed at once; also kept below the descriptor limit.
   size_t maxConnections = 65536;
+  // Connections that have not said hello yet, at most (each holds a descriptor).
+  size_t maxGreeting = 1024;
   // A connection that has not said hello (magic and token) by then is closed.
   Millis helloTimeout{10000};
+  // A connection written nothing for this long is pinged (clients give up after 30 s of
+  // silence: direct_wire.h).
+  Millis pingEvery{10000};
   // Event loops, a thread each; 0: one per core, at most 8.
   int loops = 0;
 };
@@ -44,8 +52,9 @@ class StoreDirect {
   int port() const { return port_; }
   size_t connections() const;
 
-  // Stops accepting, waits at most `grace` for the connections to end (StoreService::closeAll
-  // ends their sessions first), then closes the rest. Idempotent.
+  // Stops accepting, closes connections without a session, waits at most `grace` for the
+  // others to end (StoreService::closeAll ends their sessions first), then closes the rest.
+  // Idempotent; a second caller returns once the first is done.
   void shutdown(Millis grace = Millis(2000));
 
   class Impl;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <random>
+
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/store.h"
 
@@ -109,12 +111,14 @@ bool StoreService::SessionState::applyOne(const pb::StoreRequest& request, bool 
   std::weak_ptr<SessionState> weak = shared_from_this();
   bool quiet = request.quiet();
   const std::atomic<uint32_t>* port = directPort;
-  auto id = memory->execute(request, [weak, seq, quiet, port](pb::StoreResponse&& r) {
+  const std::string* run = instance;
+  auto id = memory->execute(request, [weak, seq, quiet, port, run](pb::StoreResponse&& r) {
     // Batching and the direct path are this service's, not the store's: the session says so
     // (only an info request is answered with info).
     if (r.has_info()) {
       r.mutable_info()->set_batching(true);
-      if (port != nullptr) r.mutable_info()->set_direct_port(port->load());
+      r.mutable_info()->set_direct_port(port->load());
+      r.mutable_info()->set_instance(*run);
     }
     if (auto s = weak.lock()) s->deliver(seq, std::move(r), quiet);
   });
@@ -237,7 +241,13 @@ void StoreService::SessionState::pumpLocked() {
   }
 }
 
-StoreService::StoreService(std::shared_ptr<MemoryStore> memory) : memory_(std::move(memory)) {}
+StoreService::StoreService(std::shared_ptr<MemoryStore> memory) : memory_(std::move(memory)) {
+  std::random_device random;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t word = random();
+    instance_.append(reinterpret_cast<const char*>(&word), sizeof word);
+  }
+}
 
 StoreService::~StoreService() = default;
 
@@ -265,6 +275,7 @@ std::shared_ptr<StoreService::SessionState> StoreService::openSession(bool batch
   state->memory = memory_;
   state->batchAnswers = batchAnswers;
   state->directPort = &directPort_;
+  state->instance = &instance_;
   bool closed;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -45,6 +45,8 @@ class StoreService final {
 
   // The direct path's port, said in every session's ServerInfo (0: none).
   void advertiseDirectPort(uint32_t port) { directPort_.store(port); }
+  // This run of the service (random), said in every session's ServerInfo.
+  const std::string& instance() const { return instance_; }
 
   class SessionState;
   // A new session, answering several to a message when `batchAnswers`, its requests applied
@@ -60,6 +62,7 @@ class StoreService final {
 
   std::shared_ptr<MemoryStore> memory_;
   std::atomic<uint32_t> directPort_{0};
+  std::string instance_;
   mutable std::mutex mu_;
   std::set<std::shared_ptr<SessionState>> sessions_;
   bool closed_ = false;
@@ -106,6 +109,7 @@ class StoreService::SessionState : public std::enable_shared_from_this<SessionSt
   std::unordered_map<uint64_t, MemoryStore::WaiterId> parked;
   std::shared_ptr<MemoryStore> memory;
   const std::atomic<uint32_t>* directPort = nullptr;
+  const std::string* instance = nullptr;
 };
 
 }  // namespace muster::rendezvous

@@ -51,12 +51,12 @@ class GrpcBackend {
     ClientOptions options;
     options.target = server_->address();
     options.ns = ns;
-    size_t before = server_->directConnections();
     auto client = StoreClient::connect(options, deadlineAfter(Millis(10000)));
     if (!client.ok()) throw std::runtime_error(std::string(client.status().message()));
-    // Each client its own connection on the direct path: the suite runs there, not on gRPC.
-    if (direct_ && server_->directConnections() <= before) {
-      throw std::runtime_error("the client did not move to the store's direct path");
+    // The suite runs where it says: on the direct path, or on gRPC.
+    if ((*client)->direct() != direct_) {
+      throw std::runtime_error(direct_ ? "the client did not move to the store's direct path"
+                                       : "the client left gRPC for a direct path");
     }
     return std::move(*client);
   }

@@ -3,7 +3,8 @@
 #   rdzv.svg     agents joining one round (muster's rendezvous; torch's c10d rendezvous at 32)
 #   startup.svg  job start-up through the store against ranks: c10d's TCPStore, launch's
 #                front and the gRPC store, with one-connection clients and LibTorch's client
-#   store.svg    set+get ops/s against client processes (TCPStore, front, gRPC store)
+#   store.svg    set+get ops/s against client processes (TCPStore, front, gRPC store, and the
+#                same store on its direct path)
 # and keeps each bench's CSV and output beside them. Usage:
 #   tests/bench/plot_scaling.sh [--plot-only] [OUT_DIR]
 # OUT_DIR defaults to docs/perf; --plot-only redraws from the CSV already there. BUILD names
@@ -93,6 +94,7 @@ unset logscale y
 set yrange [0:*]
 plot "$out/store.csv" every ::1 using 1:2 with linespoints lw 2 pt 7 title "c10d TCPStore", \
      "$out/store.csv" every ::1 using 1:3 with linespoints lw 2 pt 5 title "launch's front", \
-     "$out/store.csv" every ::1 using 1:4 with linespoints lw 2 pt 9 title "muster gRPC store"
+     "$out/store.csv" every ::1 using 1:4 with linespoints lw 2 pt 9 title "muster gRPC store", \
+     "$out/store.csv" every ::1 using 1:7 with linespoints lw 2 pt 11 title "muster store, direct path"
 GNUPLOT
 echo "plot_scaling: $out/rdzv.svg $out/startup.svg $out/store.svg"
