@@ -159,7 +159,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
                                      {.host = options.host,
                                       .port = options.directPort,
                                       .maxMessageBytes = largest,
-                                      .maxBufferedBytes = inflight});
+                                      // Room for the largest request, and a read.
+                                      .maxBufferedBytes = std::max(inflight, largest + (size_t{1} << 20))});
     if (!direct.ok()) return direct.status();
     server->direct_ = std::move(*direct);
     server->service_->advertiseDirectPort(static_cast<uint32_t>(server->direct_->port()));

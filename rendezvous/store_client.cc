@@ -123,13 +123,15 @@ class DirectStream final : public SessionStream {
   // Connects to host:port within `deadline`, says hello (magic and token) and waits for the
   // welcome, whose ServerInfo goes to `*welcome`. Errors: UNAVAILABLE with the reason (no
   // answer in time, refused, closed), or the store's own (UNAUTHENTICATED). `*timedOut`: the
-  // deadline ran out, which says nothing of the port when the deadline was short.
+  // deadline ran out, which says nothing of the port when the deadline was short; `*busy`: the
+  // store refused for now (UNAVAILABLE, or closed before its welcome).
   static absl::StatusOr<std::unique_ptr<DirectStream>> open(const std::string& host, int port,
                                                             const std::string& token,
                                                             Deadline deadline,
                                                             pb::ServerInfo* welcome,
-                                                            bool* timedOut) {
+                                                            bool* timedOut, bool* busy) {
     *timedOut = false;
+    *busy = false;
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* found = nullptr;
@@ -152,17 +154,20 @@ class DirectStream final : public SessionStream {
     if (!stream->sendAll(opening)) {
       return absl::UnavailableError(fmt::format("{}:{}: {}", host, port, std::strerror(errno)));
     }
-    auto kind = stream->nextFrame(deadline);
+    auto kind = stream->nextFrame(std::max<int64_t>(1, millisLeft(deadline)));
     if (kind == direct::Kind::kWelcome && welcome->ParseFromArray(stream->body_, stream->bodyBytes_)) {
       return stream;
     }
     if (kind == direct::Kind::kEnd) {
       pb::StoreResponse end;
       end.ParseFromArray(stream->body_, stream->bodyBytes_);
+      *busy = end.code() == static_cast<int>(absl::StatusCode::kUnavailable);
       return absl::Status(static_cast<absl::StatusCode>(end.code()),
                           fmt::format("{}:{}: {}", host, port, end.message()));
     }
     *timedOut = stream->ended_.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    // Closed before a word: a busy store's refusal whose end frame was lost.
+    *busy = !kind && !*timedOut;
     return absl::UnavailableError(fmt::format(
         "{}:{}: {}", host, port,
         kind ? "no welcome from the store" : stream->ended_.error_message()));
@@ -179,7 +184,7 @@ class DirectStream final : public SessionStream {
   bool read(pb::StoreResponse* response) override {
     while (true) {
       // The store pings a quiet connection: silence this long means it is gone.
-      auto kind = nextFrame(deadlineAfter(direct::kSilence));
+      auto kind = nextFrame(direct::kSilence.count());
       if (!kind) {
         if (ended_.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
           ended_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -263,8 +268,15 @@ class DirectStream final : public SessionStream {
   }
 
   // The next whole frame's kind, its message at body_ (valid until the next call); nullopt
-  // when the stream ended or `deadline` passed (ended_ says which).
-  std::optional<direct::Kind> nextFrame(Deadline deadline) {
+  // when the stream ended or nothing came for `silenceMs` (ended_ says which). The socket's
+  // receive timeout bounds each wait: one blocking recv, no poll before it.
+  std::optional<direct::Kind> nextFrame(int64_t silenceMs) {
+    if (silenceMs != receiveTimeoutMs_) {
+      timeval bound{static_cast<time_t>(silenceMs / 1000),
+                    static_cast<suseconds_t>((silenceMs % 1000) * 1000)};
+      setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+      receiveTimeoutMs_ = silenceMs;
+    }
     while (true) {
       if (in_.size() - head_ >= direct::kHeaderBytes) {
         uint32_t length = direct::frameLength(in_.data() + head_);
@@ -282,15 +294,12 @@ class DirectStream final : public SessionStream {
         }
       }
       compact();
-      if (int err = waitFor(fd_, POLLIN, deadline); err != 0) {
-        fail(err == ETIMEDOUT ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::UNAVAILABLE,
-             std::strerror(err));
-        return std::nullopt;
-      }
       ssize_t n = ::recv(fd_, chunk_.get(), kReadChunk, 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
-        fail(grpc::StatusCode::UNAVAILABLE, std::strerror(errno));
+        bool silent = errno == EAGAIN || errno == EWOULDBLOCK;
+        fail(silent ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::UNAVAILABLE,
+             silent ? "no answer in time" : std::strerror(errno));
         return std::nullopt;
       }
       if (n == 0) {
@@ -335,6 +344,7 @@ class DirectStream final : public SessionStream {
   size_t head_ = 0;
   const char* body_ = nullptr;
   int bodyBytes_ = 0;
+  int64_t receiveTimeoutMs_ = 0;  // SO_RCVTIMEO as set (0: none)
   grpc::Status ended_;
 };
 
@@ -769,7 +779,7 @@ class ClientConnection {
       } else if (answer.ok() && answer->code() == 0) {
         batchBytes_ = 0;
       }
-      if (answer.ok() && answer->code() == 0) adoptInfoLocked(answer->info());
+      if (answer.ok() && answer->code() == 0) adoptInfoLocked(answer->info(), deadline);
     }
     return session_;
   }
@@ -790,7 +800,7 @@ class ClientConnection {
       batchBytes_ = std::min(kMaxBatchBytes, largestRequest(limits_));
       if (session_) session_->batchUpTo(batchBytes_);
     }
-    adoptInfoLocked(info);
+    adoptInfoLocked(info, kNoDeadline);
   }
 
   // Sends a quiet request; a broken stream is reopened and the request sent again (only
@@ -875,12 +885,12 @@ class ClientConnection {
   // has not been found unusable takes the session there now, when it is on gRPC: at connect
   // (which asks for info before any request of the caller's) and on a new session after a
   // break, so that nothing but replayed sets is in flight on the old one.
-  void adoptInfoLocked(const pb::ServerInfo& info) {
+  void adoptInfoLocked(const pb::ServerInfo& info, Deadline deadline) {
     directPort_ = info.direct_port();
     instance_ = info.instance();
     if (!session_ || session_->direct() || directPort_ == 0) return;
     auto old = std::move(session_);
-    if (!openDirectLocked(deadlineAfter(kDirectConnectWait))) {
+    if (!openDirectLocked(deadline)) {
       session_ = std::move(old);
       return;
     }
@@ -905,9 +915,9 @@ class ClientConnection {
     Deadline until = deadlineAfter(kDirectConnectWait);
     bool shortened = deadline < until;
     pb::ServerInfo welcome;
-    bool timedOut = false;
+    bool timedOut = false, busy = false;
     auto stream = DirectStream::open(*host, static_cast<int>(directPort_), options_.token,
-                                     std::min(deadline, until), &welcome, &timedOut);
+                                     std::min(deadline, until), &welcome, &timedOut, &busy);
     if (stream.ok() && welcome.instance() != instance_) {
       // Another run of the store has the port (it restarted; or another store took the port):
       // the store's next info says which, and the session moves there if it is this one's.
@@ -917,8 +927,9 @@ class ClientConnection {
     }
     absl::Status failed = stream.status();
     if (!failed.ok()) {
-      // A caller's deadline cut the try short: that says nothing of the port.
-      if (timedOut && shortened) return false;
+      // A caller's deadline cut the try short, or the store was busy (it said so, or closed
+      // before its welcome): that says nothing of the port.
+      if ((timedOut && shortened) || busy) return false;
       unreachable_ = {directPort_, instance_};
       logger()->warn("store {}: its direct path (port {}) cannot be used ({}); staying on gRPC",
                      options_.target, directPort_, std::string(failed.message()));

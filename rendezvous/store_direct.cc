@@ -88,10 +88,17 @@ class StoreDirect::Impl {
   void accept();
   void shutdown(Millis grace);
 
-  void forget(DirectConnection* c) {
+  // `ended`: the connection had written its end frame (counted in lingering_).
+  void forget(DirectConnection* c, bool ended) {
     std::lock_guard<std::mutex> lock(mu_);
-    live_.erase(c);
-    if (live_.empty()) cv_.notify_all();
+    if (live_.erase(c) > 0 && ended) --lingering_;
+    if (live_.size() == lingering_) cv_.notify_all();
+  }
+  // The connection's session is over (its end frame written): shutdown does not wait for it.
+  void ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++lingering_;
+    if (live_.size() == lingering_) cv_.notify_all();
   }
   size_t connections() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -122,6 +129,7 @@ class StoreDirect::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<DirectConnection*, std::weak_ptr<DirectConnection>> live_;
+  size_t lingering_ = 0;  // of live_, those past their end frame
   log::OncePerSecond foreignLog_;
   std::mutex shutdownMu_;  // held for a whole shutdown
   bool down_ = false;
@@ -166,7 +174,7 @@ class DirectConnection final : public SessionSink,
   ~DirectConnection() override {
     release();
     if (!closed_) {
-      impl_->forget(this);
+      impl_->forget(this, ended_);
       leaveGreeting();
     }
     account(0);
@@ -270,6 +278,7 @@ class DirectConnection final : public SessionSink,
   void linger() {
     if (closed_) return;
     ended_ = true;
+    impl_->ended();
     stopReading_ = true;
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
@@ -412,15 +421,16 @@ class DirectConnection final : public SessionSink,
     state_->attach(this);
   }
 
-  // Every pingEvery: a ping when nothing was written meanwhile, so that the client can tell
-  // a quiet store from a lost one.
+  // A ping when nothing was written for half of pingEvery, looked at every half: so that no
+  // gap without a frame is much longer than pingEvery, and the client can tell a quiet store
+  // from a lost one.
   void keepAlive() {
-    timer_.expires_after(impl_->options_.pingEvery);
+    timer_.expires_after(impl_->options_.pingEvery / 2);
     timer_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (ec || !self || self->closed_ || self->ended_) return;
       if (!self->writing_ && self->out_.empty() &&
-          std::chrono::steady_clock::now() - self->lastWrite_ >= self->impl_->options_.pingEvery) {
+          std::chrono::steady_clock::now() - self->lastWrite_ >= self->impl_->options_.pingEvery / 2) {
         auto frame = std::make_shared<std::string>();
         direct::appendFrame(*frame, direct::Kind::kPing, pb::DirectHello());
         self->queueFrame(std::move(frame), Role::kPing);
@@ -463,7 +473,7 @@ class DirectConnection final : public SessionSink,
     timer_.cancel();
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
-    impl_->forget(this);
+    impl_->forget(this, ended_);
     in_.clear();
     std::string().swap(in_);
     account(0);
@@ -526,10 +536,20 @@ void StoreDirect::Impl::accept() {
       full = live_.size() >= options_.maxConnections;
     }
     if (full || greeting_.load() >= options_.maxGreeting) {
-      warnForeign(full ? fmt::format("store direct path: {} connections already; closing a new one",
-                                     options_.maxConnections)
-                       : fmt::format("store direct path: {} connections have not said hello yet; "
-                                     "closing a new one", options_.maxGreeting));
+      std::string why = full ? fmt::format("the store's direct path has {} connections already",
+                                           options_.maxConnections)
+                             : fmt::format("{} connections to the store's direct path have not "
+                                           "said hello yet", options_.maxGreeting);
+      warnForeign(fmt::format("store direct path: {}; closing a new one", why));
+      // Said to the client (best effort: the frame is small, the socket's buffer empty); a
+      // busy store is no reason for it to give the port up.
+      pb::StoreResponse end;
+      end.set_code(static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+      end.set_message(why);
+      std::string frame;
+      direct::appendFrame(frame, direct::Kind::kEnd, end);
+      [[maybe_unused]] ssize_t sent = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_WR);
       ::close(fd);
     } else {
       size_t i = next_++ % loops_.size();
@@ -584,8 +604,10 @@ void StoreDirect::Impl::shutdown(Millis grace) {
   closed.get_future().wait();
   closeWhere(false);
   {
+    // Sessions that have said their end need not be waited for (their client may never read
+    // it, and may never close).
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, grace, [&] { return live_.empty(); });
+    cv_.wait_for(lock, grace, [&] { return live_.size() == lingering_; });
   }
   // The rest (a client that reads nothing, a half-open socket) are closed now, each on its loop.
   closeWhere(true);
