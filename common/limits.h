@@ -4,6 +4,8 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <optional>
 
 namespace muster {
@@ -24,6 +26,16 @@ inline std::optional<rlimit> raiseDescriptorLimit() {
 inline rlim_t descriptorLimit() {
   rlimit files{};
   return getrlimit(RLIMIT_NOFILE, &files) == 0 ? files.rlim_cur : 0;
+}
+
+// Of `wanted` connections, those a server may hold and stay clear of the soft descriptor limit
+// (each is a descriptor; the rest of the process needs some): 256 below it, or half of a small
+// one.
+inline size_t connectionRoom(size_t wanted) {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) return wanted;
+  size_t room = files.rlim_cur > 512 ? files.rlim_cur - 256 : files.rlim_cur / 2;
+  return std::min(wanted, room);
 }
 
 }  // namespace muster

@@ -2,6 +2,10 @@
 // both speak on the plain TCP port a ServerInfo names.
 #pragma once
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -21,6 +25,20 @@ enum class Kind : uint8_t { kHello = 1, kRequest = 2, kAnswer = 3, kEnd = 4, kWe
 // The server pings a connection it has written nothing to for 10 s (DirectOptions); a client
 // that hears nothing for kSilence takes the store for gone (a dead host, a hung process).
 inline constexpr std::chrono::milliseconds kSilence{30000};
+
+// Both ends' socket options: no delay, and a peer that vanishes (its host lost, a cable
+// pulled) noticed: data it does not acknowledge, or keepalive probes it does not answer, end
+// the connection after 30 s. (A peer that hangs but whose kernel answers: the pings.)
+inline void watchPeer(int fd) {
+  int one = 1, idle = 10, interval = 5, count = 3;
+  unsigned int userTimeout = 30000;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
+}
 
 // Appends one frame carrying `message`.
 inline void appendFrame(std::string& out, Kind kind, const google::protobuf::MessageLite& message) {

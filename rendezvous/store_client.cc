@@ -5,8 +5,6 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -82,6 +80,8 @@ class SessionStream {
   virtual grpc::Status finish() = 0;
   // Ends the stream now: a read or write under way returns.
   virtual void cancel() = 0;
+  // The store's direct path (not gRPC).
+  virtual bool direct() const = 0;
 };
 
 class GrpcStream final : public SessionStream {
@@ -97,6 +97,7 @@ class GrpcStream final : public SessionStream {
   void writesDone() override { stream_->WritesDone(); }
   grpc::Status finish() override { return stream_->Finish(); }
   void cancel() override { context_.TryCancel(); }
+  bool direct() const override { return false; }
 
  private:
   grpc::ClientContext context_;
@@ -208,13 +209,14 @@ class DirectStream final : public SessionStream {
   void writesDone() override { ::shutdown(fd_, SHUT_WR); }
   grpc::Status finish() override { return ended_; }
   void cancel() override { ::shutdown(fd_, SHUT_RDWR); }
+  bool direct() const override { return true; }
 
  private:
   static constexpr size_t kReadChunk = 64 * 1024;
 
   explicit DirectStream(int fd) : fd_(fd), chunk_(new char[kReadChunk]) {}
 
-  // A connected socket to `a` (blocking, no delay, keepalive), or -1 with `why`.
+  // A connected socket to `a` (blocking, watched: direct::watchPeer), or -1 with `why`.
   static int connectOne(const addrinfo* a, Deadline deadline, std::string& why, bool* timedOut) {
     int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) {
@@ -239,17 +241,7 @@ class DirectStream final : public SessionStream {
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    // A store whose host is lost is noticed: data it does not acknowledge, or keepalive
-    // probes it does not answer, end the connection after 30 s (a hung store: its pings stop).
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    int idle = 10, interval = 5, count = 3;
-    unsigned int userTimeout = 30000;
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
+    direct::watchPeer(fd);
     return fd;
   }
 
@@ -356,10 +348,10 @@ class DirectStream final : public SessionStream {
 // once. Broken for good once a read sees the end; the connection then opens a new one.
 class Session {
  public:
-  Session(std::unique_ptr<SessionStream> stream, std::string peer, bool direct)
-      : stream_(std::move(stream)), peer_(std::move(peer)), direct_(direct) {}
+  Session(std::unique_ptr<SessionStream> stream, std::string peer)
+      : stream_(std::move(stream)), peer_(std::move(peer)) {}
 
-  bool direct() const { return direct_; }
+  bool direct() const { return stream_->direct(); }
 
   // Half-closes, then reads what is left (answers to quiet requests) so that the server has
   // applied every request before the stream ends; gives up after kCloseWait.
@@ -695,7 +687,6 @@ class Session {
   std::deque<Kept> unacked_;
   size_t unackedBytes_ = 0;
   std::string peer_;
-  bool direct_;
   // The outbox. Lock order: outMu_, then mu_ (send); never mu_, then outMu_.
   std::mutex outMu_;
   std::deque<std::pair<pb::StoreRequest, size_t>> outbox_;  // request, its size
@@ -763,7 +754,7 @@ class ClientConnection {
     if (!status.ok()) return status;
     if (openDirectLocked(deadline)) return session_;
     session_ = std::make_shared<Session>(std::make_unique<GrpcStream>(*stub_, options_.token),
-                                         options_.target, false);
+                                         options_.target);
     session_->replay(std::exchange(replay_, {}));
     if (batchBytes_ > 0) {
       // The store may have come back as another build: batch only if it says it batches (one
@@ -935,7 +926,7 @@ class ClientConnection {
                      options_.target, directPort_, std::string(failed.message()));
       return false;
     }
-    session_ = std::make_shared<Session>(std::move(*stream), options_.target, true);
+    session_ = std::make_shared<Session>(std::move(*stream), options_.target);
     session_->replay(std::exchange(replay_, {}));
     if (batchBytes_ > 0) session_->batchUpTo(batchBytes_);
     return true;

@@ -4,8 +4,6 @@
 #include "rendezvous/store_direct.h"
 
 #include <fmt/format.h>
-#include <netinet/tcp.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "rendezvous/direct_wire.h"
@@ -157,18 +156,8 @@ class DirectConnection final : public SessionSink,
     boost::system::error_code ec;
     auto remote = socket_.remote_endpoint(ec);
     peer_ = ec ? std::string("?") : fmt::format("{}:{}", remote.address().to_string(), remote.port());
-    socket_.set_option(tcp::no_delay(true), ec);
     socket_.non_blocking(true, ec);
-    // A client that vanishes (its host lost) is noticed: unanswered data or keepalive probes
-    // give up after 30 s.
-    int fd = socket_.native_handle();
-    int one = 1, idle = 10, interval = 5, count = 3;
-    unsigned int userTimeout = 30000;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof userTimeout);
+    direct::watchPeer(socket_.native_handle());
   }
 
   ~DirectConnection() override {
@@ -204,22 +193,26 @@ class DirectConnection final : public SessionSink,
   }
 
   void startWrite(const pb::StoreResponse& response) override {
-    auto frame = std::make_shared<std::string>();
-    direct::appendFrame(*frame, direct::Kind::kAnswer, response);
-    post(std::move(frame), Role::kAnswer);
+    post(frameOf(direct::Kind::kAnswer, response), Role::kAnswer);
   }
 
   void finish(const grpc::Status& status) override {
     pb::StoreResponse end;
     end.set_code(static_cast<int>(status.error_code()));
     end.set_message(status.error_message());
-    auto frame = std::make_shared<std::string>();
-    direct::appendFrame(*frame, direct::Kind::kEnd, end);
-    post(std::move(frame), Role::kEnd);
+    post(frameOf(direct::Kind::kEnd, end), Role::kEnd);
   }
 
  private:
   enum class Role { kAnswer, kEnd, kWelcome, kPing };
+
+  // One frame, shared by the write that carries it.
+  static std::shared_ptr<std::string> frameOf(direct::Kind kind,
+                                              const google::protobuf::MessageLite& message) {
+    auto frame = std::make_shared<std::string>();
+    direct::appendFrame(*frame, kind, message);
+    return frame;
+  }
 
   // From any thread (the session's lock held): queues the frame on the loop.
   void post(std::shared_ptr<std::string> frame, Role role) {
@@ -413,9 +406,7 @@ class DirectConnection final : public SessionSink,
       pb::ServerInfo welcome;
       welcome.set_batching(true);
       welcome.set_instance(impl_->service_.instance());
-      auto frame = std::make_shared<std::string>();
-      direct::appendFrame(*frame, direct::Kind::kWelcome, welcome);
-      queueFrame(std::move(frame), Role::kWelcome);
+      queueFrame(frameOf(direct::Kind::kWelcome, welcome), Role::kWelcome);
       keepAlive();
     }
     state_->attach(this);
@@ -431,9 +422,7 @@ class DirectConnection final : public SessionSink,
       if (ec || !self || self->closed_ || self->ended_) return;
       if (!self->writing_ && self->out_.empty() &&
           std::chrono::steady_clock::now() - self->lastWrite_ >= self->impl_->options_.pingEvery / 2) {
-        auto frame = std::make_shared<std::string>();
-        direct::appendFrame(*frame, direct::Kind::kPing, pb::DirectHello());
-        self->queueFrame(std::move(frame), Role::kPing);
+        self->queueFrame(frameOf(direct::Kind::kPing, pb::DirectHello()), Role::kPing);
       }
       self->keepAlive();
     });
@@ -637,11 +626,7 @@ absl::StatusOr<std::unique_ptr<StoreDirect>> StoreDirect::start(StoreService& se
   int fd = net::listenTcp(options.host, options.port, why);
   if (fd < 0) return absl::UnavailableError(fmt::format("store direct path: cannot listen: {}", why));
   int port = net::boundPort(fd);
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
-    size_t room = files.rlim_cur > 512 ? files.rlim_cur - 256 : files.rlim_cur / 2;
-    options.maxConnections = std::min(options.maxConnections, room);
-  }
+  options.maxConnections = connectionRoom(options.maxConnections);
   auto impl = std::make_shared<Impl>(service, gate, std::move(options));
   if (auto s = impl->adopt(fd); !s.ok()) return s;
   impl->run();

@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 #include <netinet/tcp.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include <unordered_map>
 
 #include "common/contract.h"
+#include "common/limits.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "rendezvous/tcpstore_wire.h"
@@ -580,13 +580,8 @@ absl::StatusOr<std::unique_ptr<TcpStoreFront>> TcpStoreFront::start(
     std::shared_ptr<MemoryStore> memory, int listenFd, FrontOptions options) {
   if (listenFd < 0) return absl::InvalidArgumentError("TCPStore front: no listening socket");
   int port = net::boundPort(listenFd);
-  // Each connection is a descriptor: stay clear of the process's limit (launch raises its soft
-  // limit to the hard one at start).
-  rlimit files{};
-  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
-    size_t room = files.rlim_cur > 512 ? files.rlim_cur - 256 : files.rlim_cur / 2;
-    options.maxConnections = std::min(options.maxConnections, room);
-  }
+  // launch raises its soft descriptor limit to the hard one at start.
+  options.maxConnections = connectionRoom(options.maxConnections);
   auto impl = std::make_shared<Impl>(std::move(memory), std::move(options));
   if (auto s = impl->adopt(listenFd); !s.ok()) return s;
   impl->run();
