@@ -10,6 +10,14 @@
 # fresh root's base (mmdebstrap, a week at most) and the .debs apt downloads are cached in
 # $MUSTER_TEST_CACHE (default /var/cache/muster-test), so only the first run downloads.
 set -euo pipefail
+# No descriptor but stdin, stdout and stderr reaches what this runs: mmdebstrap's hooks write
+# to descriptors it opens, named in dash (`cat >&11`), which reads one digit only, so any
+# descriptor held here or by whoever started us (ctest, a CI shell) pushed them past 9 and
+# mmdebstrap failed ("Bad fd number"). Bash keeps the script's own descriptor close-on-exec.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  ((fd > 2)) && eval "exec $fd>&-"
+done
 build=$(cd "$1" && pwd)
 source=$2
 out=$build/package-test
@@ -20,9 +28,14 @@ for tool in cpack mmdebstrap dpkg-deb dpkg-query objdump unshare chroot flock fi
   command -v "$tool" >/dev/null || fail "$tool is missing (deploy/setup.sh installs it)"
 done
 
-# One run at a time in a build folder (deploy/image.sh runs this too).
-exec 8>"$build/package-test.lock"
-flock 8
+# One run at a time in a build folder (deploy/image.sh runs this too), and one at a time on
+# the cache (two checkouts' tests on one machine). flock -o holds each lock in flock's own
+# process and runs this script again without the descriptor, so no child inherits one.
+mkdir -p "$cache/archives/partial"
+if [ "${MUSTER_PACKAGE_TEST_LOCKED:-}" != "$build:$cache" ]; then
+  MUSTER_PACKAGE_TEST_LOCKED=$build:$cache exec flock -o "$build/package-test.lock" \
+    flock -o "$cache/lock" "$0" "$@"
+fi
 rm -rf "$out"
 mkdir -p "$out"
 version=$(sed -n 's/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' "$build/CPackConfig.cmake")
@@ -97,10 +110,6 @@ dpkg-deb -f "$dev" Depends | grep -q "^muster (= $version)" || fail "muster-dev 
 echo "package_test: $(basename "$deb") ($(list "$deb" | grep -vc '/$') files) depends on $(echo $depends | wc -w) packages, each owning a library its programs load"
 
 # --- A fresh Debian 12 root from Debian's own packages.
-mkdir -p "$cache/archives/partial"
-# One run at a time uses the cache (two checkouts' tests on one machine).
-exec 9>"$cache/lock"
-flock 9
 base=$cache/bookworm-apt.tar
 root=$out/root
 mkdir "$root"
