@@ -53,16 +53,6 @@ bool setLevel(const std::string& level) {
 
 namespace {
 
-std::mutex& acceptMutex() {
-  static std::mutex m;
-  return m;
-}
-
-std::function<void(const std::string&)>& acceptHandler() {
-  static std::function<void(const std::string&)> handler;
-  return handler;
-}
-
 bool isResourceError(std::string_view message) {
   for (std::string_view what : {"Too many open files", "Cannot allocate memory", "accept",
                                 "No buffer space", "Resource temporarily unavailable"}) {
@@ -83,11 +73,6 @@ bool OncePerSecond::pass() {
   return false;
 }
 
-void onGrpcAcceptFailure(std::function<void(const std::string& why)> handler) {
-  std::lock_guard<std::mutex> lock(acceptMutex());
-  acceptHandler() = std::move(handler);
-}
-
 void routeGrpcLogs() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -104,14 +89,6 @@ void routeGrpcLogs() {
         uint64_t more = limit.takeHeldBack();
         grpcLogger->warn("{}{}", message,
                          more > 0 ? fmt::format(" ({} more like it in the last second)", more) : "");
-      }
-      if (message.rfind("Failed accept4", 0) == 0) {
-        std::function<void(const std::string&)> handler;
-        {
-          std::lock_guard<std::mutex> lock(acceptMutex());
-          handler = acceptHandler();
-        }
-        if (handler) handler(std::string(message));
       }
     });
   });

@@ -39,10 +39,4 @@ class OncePerSecond {
 // first gRPC object is made; later calls do nothing.
 void routeGrpcLogs();
 
-// Called (on a gRPC thread) when gRPC says its listener failed to accept a connection. In gRPC
-// 1.51 that listener then never accepts again (tcp_server_posix.cc stops watching the socket),
-// so a server cannot recover from it: rendezvousd exits for its supervisor to restart it. One
-// handler; a later call replaces it. Thread-safe.
-void onGrpcAcceptFailure(std::function<void(const std::string& why)> handler);
-
 }  // namespace muster::log

@@ -361,11 +361,14 @@ const FrontDoor::Method* FrontDoor::admit(grpc::GenericServerContext& context, g
     return nullptr;
   }
   read = it->second.guarded || gate_.carries(&context);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) {
-    refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
-    return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is shutting down");
+      return nullptr;
+    }
   }
+  if (read && onMember_) onMember_(context.peer());
   return &it->second;
 }
 

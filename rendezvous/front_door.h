@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <string_view>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -148,6 +149,10 @@ class FrontDoor final {
   // token is checked.
   void addStream(std::string method, StreamFactory factory);
 
+  // Told the peer (gRPC's peer()) of each admitted call that carried the token (every admitted
+  // call where the server has none): its connection is a member's. Before start().
+  void onMember(std::function<void(std::string_view peer)> hook) { onMember_ = std::move(hook); }
+
   // Calls that arrive from now on end UNAVAILABLE.
   void close();
   // Admitted one-request calls not yet over (streams are not counted).
@@ -173,6 +178,7 @@ class FrontDoor final {
   // Requests the next call, told on `notify`.
   void request(grpc::ServerCompletionQueue* notify);
   static constexpr int kRequestsAhead = 8;
+  std::function<void(std::string_view peer)> onMember_;
 
   TokenGate& gate_;
   std::map<std::string, Method, std::less<>> methods_;

@@ -18,6 +18,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/net.h"
+#include "rendezvous/connection_gate.h"
 #include "rendezvous/front_door.h"
 #include "rendezvous/health_service.h"
 #include "rendezvous/rendezvous_service.h"
@@ -30,32 +32,6 @@ namespace {
 auto logger() {
   static auto l = log::get("store");
   return l;
-}
-
-// gRPC says only that binding failed; bind a plain socket to learn why.
-std::string whyCannotBind(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
-  if (rc != 0) return fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc));
-  std::string why = "the address is not available";
-  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-    if (fd < 0) continue;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      why = std::strerror(errno);
-      close(fd);
-      break;
-    }
-    close(fd);
-  }
-  freeaddrinfo(result);
-  return why;
 }
 
 // gRPC says only that the server did not start when its certificate or key is wrong (and
@@ -202,15 +178,34 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   grpc::ResourceQuota quota("muster-store");
   quota.Resize(inflight);
   builder.SetResourceQuota(quota);
-  std::string requested = joinHostPort(options.host, options.port);
-  int selected = 0;
-  builder.AddListeningPort(requested, credentials, &selected);
+  // A connection that never finishes its HTTP/2 (and TLS) handshake holds a descriptor for at
+  // most this long (gRPC's default: 120 s); members send theirs at once.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
+  // The port is ours: ConnectionGate accepts, caps and hands connections to gRPC.
+  std::string why;
+  int listenFd = net::listenTcp(options.host, options.port, why);
+  if (listenFd < 0) {
+    return absl::UnavailableError(
+        why.rfind("cannot resolve", 0) == 0
+            ? fmt::format("cannot listen on {}: {}", joinHostPort(options.host, options.port), why)
+            : fmt::format("cannot listen on {}", why));
+  }
+  int selected = net::boundPort(listenFd);
+  auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
   server->door_->attach(builder);
   server->server_ = builder.BuildAndStart();
-  if (!server->server_ || selected == 0) {
-    return absl::UnavailableError(fmt::format("cannot listen on {}: {}", requested,
-                                              whyCannotBind(options.host, options.port)));
+  if (!server->server_) {
+    ::close(listenFd);
+    return absl::UnavailableError(fmt::format("the store's gRPC server on {} did not start",
+                                              joinHostPort(options.host, selected)));
   }
+  auto gate = ConnectionGate::start(listenFd, std::move(acceptor), options.connections);
+  if (!gate.ok()) return gate.status();
+  server->connections_ = std::move(*gate);
+  server->door_->onMember([gate = server->connections_.get()](std::string_view peer) {
+    gate->authenticated(peer);
+  });
   server->door_->start();
   server->health_->setServing(true);
   server->port_ = selected;
@@ -233,6 +228,10 @@ int64_t RendezvousServer::callsInFlight() const { return door_->inFlight(); }
 
 int RendezvousServer::directPort() const { return direct_ ? direct_->port() : 0; }
 
+ConnectionCounts RendezvousServer::connections() const {
+  return connections_ ? connections_->counts() : ConnectionCounts{};
+}
+
 size_t RendezvousServer::directConnections() const {
   return direct_ ? direct_->connections() : 0;
 }
@@ -244,6 +243,8 @@ void RendezvousServer::shutdown(Millis grace) {
     down_ = true;
   }
   health_->setServing(false);
+  // No connection handed to gRPC once it shuts down (it would hold it unserved).
+  if (connections_) connections_->stop();
   door_->close();
   size_t pending = memory_->pendingWaiters();
   memory_->shutdown();

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
+#include "rendezvous/connection_gate.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/rendezvous_state.h"
 
@@ -46,6 +47,9 @@ struct ServerOptions {
   // The store's direct path (StoreDirect) on this port of `host`: -1 none, 0 a free port.
   // Not with TLS (it is plaintext): asked for together, start fails.
   int directPort = -1;
+  // Connections on the gRPC port, in total and per peer address (ConnectionGate): past a cap the
+  // oldest that never made a call with the token is closed, or the newcomer refused.
+  ConnectionLimits connections;
 };
 
 // Thread-safety: all methods may be called from any thread. Lifetime: the destructor shuts the
@@ -63,6 +67,8 @@ class RendezvousServer {
   int directPort() const;
   // Connections open on the direct path.
   size_t directConnections() const;
+  // Connections on the gRPC port: open, refused, closed to make room.
+  ConnectionCounts connections() const;
   // host:port as bound ("[::1]:port" for IPv6).
   const std::string& address() const { return address_; }
   const std::shared_ptr<MemoryStore>& memory() const { return memory_; }
@@ -89,6 +95,7 @@ class RendezvousServer {
   std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<StoreDirect> direct_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ConnectionGate> connections_;
   std::string address_;
   int port_ = 0;
   std::mutex mu_;

@@ -83,6 +83,15 @@ int main(int argc, char** argv) {
                  "most finished or abandoned runs remembered; the oldest are forgotten first")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", options.connections.maxConnections,
+                 "most connections open on --port at once; past it the oldest that never made a "
+                 "call with the token is closed, or the newcomer refused (0: as many as the "
+                 "descriptor limit leaves room for)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-connections-per-peer", options.connections.maxPerPeer,
+                 "most connections one address may hold on --port (0: no cap but "
+                 "--max-connections)")
+      ->check(CLI::NonNegativeNumber);
   int metricsPort = -1;
   std::string metricsHost;
   app.add_option("--metrics-port", metricsPort,
@@ -135,30 +144,15 @@ int main(int argc, char** argv) {
 
   // Signals are taken synchronously by this thread; every other thread (gRPC's) inherits the
   // blocked mask.
-  // SIGUSR1 is how a gRPC thread tells this one that the listener is lost (below).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto logger = muster::log::get("rendezvousd");
   muster::raiseDescriptorLimit();
   logger->debug("descriptors: up to {}", muster::descriptorLimit());
-  // gRPC 1.51's listener stops for good after a failed accept (out of descriptors): the daemon
-  // would stay up and never serve again, so systemd's Restart= would never fire. Exit instead.
-  static std::mutex lostMutex;
-  static std::string lostWhy;
-  pthread_t mainThread = pthread_self();
-  muster::log::onGrpcAcceptFailure([mainThread](const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lock(lostMutex);
-      if (!lostWhy.empty()) return;
-      lostWhy = why;
-    }
-    pthread_kill(mainThread, SIGUSR1);
-  });
 
   auto server = RendezvousServer::start(options);
   if (!server.ok()) {
@@ -180,25 +174,10 @@ int main(int argc, char** argv) {
     logger->info("metrics on http://{}/metrics",
                  muster::rendezvous::joinHostPort(metricsHost, metrics->port()));
   }
+  // Out of descriptors the service goes on (ConnectionGate refuses what it cannot hold): it
+  // ends on a signal only.
   int received = 0;
-  std::string lost;
-  while (true) {
-    sigwait(&signals, &received);
-    if (received != SIGUSR1) break;
-    std::lock_guard<std::mutex> lock(lostMutex);
-    if (!lostWhy.empty()) {
-      lost = lostWhy;
-      break;
-    }
-  }
-  if (!lost.empty()) {
-    logger->error("cannot accept connections any more ({}; {} descriptors allowed): exiting so that "
-                  "the supervisor restarts the service; raise the limit (LimitNOFILE=, ulimit -n)",
-                  lost, muster::descriptorLimit());
-    metrics.reset();
-    (*server)->shutdown(muster::Millis(1000));
-    return 1;
-  }
+  sigwait(&signals, &received);
   metrics.reset();
   logger->info("received {}; shutting down", received == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->shutdown();

@@ -111,6 +111,13 @@ std::string renderMetrics(RendezvousServer& server) {
       .sample("cause", "silent", rdzv.nodesLostSilent)
       .sample("cause", "agent_gone", rdzv.nodesLostAgentGone);
 
+  ConnectionCounts connections = server.connections();
+  e.family("muster_connections_open", "gauge", "Connections on the gRPC port.").sample(connections.open);
+  e.family("muster_connections_closed_total", "counter",
+           "Connections on the gRPC port closed by the service: refused at accept (a cap, or no "
+           "descriptor left), or evicted to make room (never made a call with the token).")
+      .sample("why", "refused", connections.refused)
+      .sample("why", "evicted", connections.evicted);
   e.family("muster_open_sockets", "gauge", "Sockets held: the listeners and every connection.").sample(proc.sockets);
   e.family("process_open_fds", "gauge", "Open file descriptors.").sample(proc.openFds);
   e.family("process_max_fds", "gauge", "The descriptor limit (soft RLIMIT_NOFILE).").sample(descriptorLimit());

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -253,33 +254,107 @@ std::vector<int> connectMany(int port, int n) {
   return fds;
 }
 
-// Out of descriptors. gRPC 1.51's listener stops for good after a failed accept, so the daemon
-// stayed up and never served again (systemd's Restart= never fired). It now takes the hard
-// limit at start, so a low soft limit costs nothing; when even the hard limit runs out it exits
-// 1 with one line naming why, for its supervisor to restart it.
-TEST(Rendezvousd, RunningOutOfDescriptorsIsSurvivedOrEndsForTheSupervisor) {
-  {
-    Daemon d({}, {"/usr/bin/prlimit", "--nofile=64:4096", "--"});
-    ASSERT_GT(d.port, 0) << d.child->stderrText();
-    auto fds = connectMany(d.port, 300);
-    EXPECT_EQ(fds.size(), 300u);
-    for (int fd : fds) close(fd);
-    Child health({ctl(), "--addr", d.address, "--timeout", "10", "health"});
-    ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText() << d.child->stderrText();
-    EXPECT_EQ(health.stdoutText(), "SERVING\n");
-  }
-  Daemon d({}, {"/usr/bin/prlimit", "--nofile=64:64", "--"});
+// A flood of connections. gRPC 1.51's listener stopped for good after a failed accept, so the
+// daemon exited for its supervisor when the descriptors ran out (300 connections at a limit of
+// 128): every job's rendezvous state went with it, and anyone who reached the port, with no
+// token, could do it. The port is the daemon's own now (ConnectionGate): it stays up, a member's
+// session goes on through the flood, and health answers within a second of it ending.
+TEST(Rendezvousd, AFloodOfConnectionsNeitherEndsTheDaemonNorAMembersSession) {
+  fs::path token = fs::temp_directory_path() / ("muster-token-flood-" + std::to_string(getpid()));
+  std::ofstream(token) << "let-me-in\n";
+  Daemon d({"--token-file", token.string()}, {"/usr/bin/prlimit", "--nofile=128:128", "--"});
   ASSERT_GT(d.port, 0) << d.child->stderrText();
-  auto fds = connectMany(d.port, 300);
-  auto exit = d.child->wait(kStart);
-  for (int fd : fds) close(fd);
-  ASSERT_TRUE(exit.has_value()) << "the daemon stayed up without a listener";
-  EXPECT_EQ(exit->code, 1) << d.child->stderrText();
-  auto line = d.child->waitForLine("cannot accept connections any more \\(Failed accept4: Too many "
-                                   "open files; 64 descriptors allowed\\): exiting so that the "
-                                   "supervisor restarts",
-                                   Millis(0));
-  EXPECT_TRUE(line.has_value()) << d.child->stderrText();
+  auto member = rendezvous::StoreClient::connect(
+      {.target = d.address, .ns = "job", .token = "let-me-in"}, deadlineAfter(kStart));
+  ASSERT_TRUE(member.ok()) << member.status();
+  ASSERT_TRUE((*member)->set("before", "1").ok());
+
+  // 300 connections held open, then 300 opened and closed at once, twice.
+  auto held = connectMany(d.port, 300);
+  EXPECT_GT(held.size(), 100u);
+  for (int round = 0; round < 2; ++round) {
+    for (int fd : connectMany(d.port, 300)) close(fd);
+  }
+  // While the flood is held: the member works, and so does a newcomer's health check.
+  ASSERT_TRUE((*member)->set("during", "2").ok());
+  EXPECT_EQ((*member)->get("before", deadlineAfter(Millis(5000))).value_or(""), "1");
+  {
+    Child health({ctl(), "--addr", d.address, "--timeout", "5", "health"});
+    ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText() << d.child->stderrText();
+  }
+  for (int fd : held) close(fd);
+  auto ended = std::chrono::steady_clock::now();
+  Child health({ctl(), "--addr", d.address, "--timeout", "1", "health"});
+  ASSERT_EQ(health.wait(kStart)->code, 0) << health.stderrText() << d.child->stderrText();
+  EXPECT_EQ(health.stdoutText(), "SERVING\n");
+  EXPECT_LT(std::chrono::steady_clock::now() - ended, std::chrono::seconds(1) + std::chrono::milliseconds(500))
+      << "health took longer than a second after the flood ended (process start included)";
+  EXPECT_EQ((*member)->get("during", deadlineAfter(Millis(5000))).value_or(""), "2");
+  EXPECT_FALSE(d.child->wait(Millis(0)).has_value()) << d.child->stderrText();
+  EXPECT_TRUE(d.child->waitForLine("connection from 127\\.0\\.0\\.1 closed to make room", Millis(2000)))
+      << d.child->stderrText();
+  fs::remove(token);
+}
+
+// Connections from one address past --max-connections-per-peer: that address's oldest that
+// never made a call with the token give way; when all of its connections are members', the
+// newcomer is refused. Other addresses are not touched.
+TEST(Rendezvousd, OneAddressPastItsCapGivesWayOnlyItself) {
+  Daemon d({"--max-connections-per-peer", "4"});
+  ASSERT_GT(d.port, 0) << d.child->stderrText();
+  // A member from 127.0.0.1 (no token on this daemon: any call makes a member).
+  auto member = rendezvous::StoreClient::connect({.target = d.address, .ns = "job"}, deadlineAfter(kStart));
+  ASSERT_TRUE(member.ok()) << member.status();
+  ASSERT_TRUE((*member)->set("k", "v").ok());
+  // 20 silent connections from 127.0.0.2: at most 4 stay open.
+  auto fromOther = [&](int n) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      local.sin_addr.s_addr = inet_addr("127.0.0.2");
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(d.port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0 &&
+          connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        fds.push_back(fd);
+      } else {
+        close(fd);
+      }
+    }
+    return fds;
+  };
+  auto strangers = fromOther(20);
+  ASSERT_EQ(strangers.size(), 20u);
+  // The daemon closes 16 of them (the oldest). gRPC's settings come first: a closed one reads
+  // end-of-file (or a reset) after them.
+  std::vector<bool> ended(strangers.size(), false);
+  size_t closed = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (closed < 16 && std::chrono::steady_clock::now() < until) {
+    for (size_t i = 0; i < strangers.size(); ++i) {
+      char buffer[4096];
+      ssize_t n;
+      while (!ended[i] && (n = recv(strangers[i], buffer, sizeof(buffer), MSG_DONTWAIT)) != -1) {
+        if (n == 0) ended[i] = true;
+      }
+      if (!ended[i] && errno == ECONNRESET) ended[i] = true;
+    }
+    closed = static_cast<size_t>(std::count(ended.begin(), ended.end(), true));
+    if (closed < 16) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(closed, 16u) << d.child->stderrText();
+  // The four left are the newest.
+  for (size_t i = 16; i < strangers.size(); ++i) EXPECT_FALSE(ended[i]) << "connection " << i;
+  // The member from the other address goes on.
+  EXPECT_EQ((*member)->get("k", deadlineAfter(Millis(5000))).value_or(""), "v");
+  EXPECT_TRUE(d.child->waitForLine("connection from 127\\.0\\.0\\.2 closed to make room", Millis(2000)))
+      << d.child->stderrText();
+  for (int fd : strangers) close(fd);
+  EXPECT_FALSE(d.child->wait(Millis(0)).has_value()) << d.child->stderrText();
 }
 
 // One job at its quota while another keeps working: limits were global, so one job could use
