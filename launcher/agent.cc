@@ -93,6 +93,9 @@ absl::Status Agent::prepare() {
   server.announce = false;
   // The workers' and the agent's store clients move their sessions to its direct path.
   server.directPort = 0;
+  // One node's ranks: a thread for gRPC's queue and one for the direct path, not a thread per
+  // core each (8 to 64 queues and up to 8 loops on a large node, for a handful of clients).
+  server.threads = 1;
   auto started = rendezvous::RendezvousServer::start(server);
   if (!started.ok()) return started.status();
   store_ = std::move(*started);

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -79,6 +80,8 @@ std::string keyOfPeer(std::string_view peer) {
       ip.erase(ip.size() - bracket.size());
     }
   }
+  // A link-local address's zone ("fe80::1%25eth0"), which accept's address does not carry.
+  if (size_t zone = ip.find('%'); zone != std::string::npos) ip.erase(zone);
   return fmt::format("{}|{}", ip, rest.substr(colon + 1));
 }
 
@@ -199,7 +202,11 @@ struct ConnectionGate::Impl {
     if (auto old = byKey.find(key); old != byKey.end()) {
       forget(old->second->member ? members : strangers, old->second);
     }
-    strangers.push_back({fd, cookieOf(fd), key, ip, Clock::now()});
+    // Without the kernel's name for it (SO_COOKIE: Linux 4.13) a connection cannot be told
+    // from a later one on its descriptor: handed over, never closed by the gate.
+    uint64_t cookie = cookieOf(fd);
+    if (cookie == 0) return true;
+    strangers.push_back({fd, cookie, key, ip, Clock::now()});
     byKey.emplace(key, std::prev(strangers.end()));
     ++perIp[ip];
     return true;
@@ -227,6 +234,8 @@ struct ConnectionGate::Impl {
     }
     std::lock_guard<std::mutex> lock(mu);
     sweepIfStale();
+    // A stranger's descriptor back for the next one (a member reconnecting, say).
+    evictOldest(nullptr);
     if (!took && exhaustedLog.pass()) {
       logger()->error("cannot accept on the store's port: {} ({} descriptors allowed); trying "
                       "again every 50 ms",
@@ -240,18 +249,23 @@ struct ConnectionGate::Impl {
     int waitMs = -1;
     while (true) {
       int n = ::poll(fds, 2, waitMs);
-      if (n < 0 && errno != EINTR) {
-        logger()->error("the store's accept loop: poll: {}", std::strerror(errno));
-        return;
-      }
-      if (fds[1].revents != 0) return;
-      waitMs = 1000;  // what closed, looked at once a second while idle
-      if (n == 0) {
-        if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-        std::lock_guard<std::mutex> lock(mu);
-        sweepAll();
+      if (n < 0) {
+        if (errno != EINTR && exhaustedLog.pass()) {
+          logger()->error("the store's accept loop: poll: {}; trying again", std::strerror(errno));
+        }
+        waitMs = 50;
+        ::usleep(50'000);
         continue;
       }
+      if (fds[1].revents != 0) return;
+      waitMs = 1000;
+      if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      {
+        // What closed, looked at once a second however busy the port.
+        std::lock_guard<std::mutex> lock(mu);
+        if (Clock::now() - lastSweep >= std::chrono::seconds(1)) sweepAll();
+      }
+      if (n == 0) continue;
       // The kernel's queue, a bounded share at a time.
       for (int i = 0; i < 256; ++i) {
         sockaddr_storage addr{};
@@ -270,6 +284,10 @@ struct ConnectionGate::Impl {
           break;
         }
         if (!admit(fd, addr)) continue;
+        // As gRPC's own listener sets it (accepted sockets inherit it there): small frames go
+        // out at once, not after Nagle's wait for an acknowledgement.
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
         p.listener_fd = listenFd;
         p.fd = fd;

@@ -136,7 +136,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
                                       .port = options.directPort,
                                       .maxMessageBytes = largest,
                                       // Room for the largest request, and a read.
-                                      .maxBufferedBytes = std::max(inflight, largest + (size_t{1} << 20))});
+                                      .maxBufferedBytes = std::max(inflight, largest + (size_t{1} << 20)),
+                                      .loops = options.threads});
     if (!direct.ok()) return direct.status();
     server->direct_ = std::move(*direct);
     server->service_->advertiseDirectPort(static_cast<uint32_t>(server->direct_->port()));
@@ -193,7 +194,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   int selected = net::boundPort(listenFd);
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
-  server->door_->attach(builder);
+  server->door_->attach(builder, options.threads);
   server->server_ = builder.BuildAndStart();
   if (!server->server_) {
     ::close(listenFd);

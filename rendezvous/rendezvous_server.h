@@ -47,6 +47,10 @@ struct ServerOptions {
   // The store's direct path (StoreDirect) on this port of `host`: -1 none, 0 a free port.
   // Not with TLS (it is plaintext): asked for together, start fails.
   int directPort = -1;
+  // Threads of each transport: gRPC's completion queues (FrontDoor) and the direct path's
+  // loops. 0: by the cores (queues 8 to 64, loops 1 to 8), for a service of many clients; a
+  // store that serves one node's ranks needs 1 of each.
+  int threads = 0;
   // Connections on the gRPC port, in total and per peer address (ConnectionGate): past a cap the
   // oldest that never made a call with the token is closed, or the newcomer refused.
   ConnectionLimits connections;

@@ -32,9 +32,12 @@ opened, said, start = 0, False, time.time()
 while not os.path.exists(stop) and time.time() - start < 60:
     held = []
     for _ in range(5000):
-        s = socket.socket()
-        s.bind(("127.0.0.2", 0))
         try:
+            s = socket.socket()
+        except OSError:  # out of descriptors here: hold what is open
+            break
+        try:
+            s.bind(("127.0.0.2", 0))
             s.connect(("127.0.0.1", port))
             held.append(s)
             opened += 1
