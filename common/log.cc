@@ -73,6 +73,11 @@ bool OncePerSecond::pass() {
   return false;
 }
 
+std::string OncePerSecond::heldBackNote() {
+  uint64_t more = takeHeldBack();
+  return more > 0 ? fmt::format(" ({} more like it in the last second)", more) : "";
+}
+
 void routeGrpcLogs() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -86,9 +91,7 @@ void routeGrpcLogs() {
       // At most one warning a second, saying how many were folded into it.
       static OncePerSecond limit;
       if (limit.pass()) {
-        uint64_t more = limit.takeHeldBack();
-        grpcLogger->warn("{}{}", message,
-                         more > 0 ? fmt::format(" ({} more like it in the last second)", more) : "");
+        grpcLogger->warn("{}{}", message, limit.heldBackNote());
       }
     });
   });

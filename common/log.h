@@ -27,6 +27,9 @@ class OncePerSecond {
   bool pass();
   // How many events were held back since the last one that passed (and starts counting anew).
   uint64_t takeHeldBack() { return heldBack_.exchange(0); }
+  // The same, as the end of the line that passed: " (N more like it in the last second)", or
+  // "" when none was held back.
+  std::string heldBackNote();
 
  private:
   std::atomic<int64_t> lastMs_{INT64_MIN / 2};

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <grpcpp/server_builder.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -16,9 +18,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-
-#include <fmt/format.h>
-#include <grpcpp/server_builder.h>
 
 #include "common/limits.h"
 #include "common/log.h"
@@ -76,7 +75,8 @@ std::string keyOfPeer(std::string_view peer) {
     if (ip.rfind(bracket, 0) == 0) ip.erase(0, bracket.size());
   }
   for (std::string_view bracket : {"%5D", "%5d", "]"}) {
-    if (ip.size() >= bracket.size() && ip.compare(ip.size() - bracket.size(), bracket.size(), bracket) == 0) {
+    if (ip.size() >= bracket.size() &&
+        ip.compare(ip.size() - bracket.size(), bracket.size(), bracket) == 0) {
       ip.erase(ip.size() - bracket.size());
     }
   }
@@ -114,6 +114,11 @@ struct ConnectionGate::Impl {
 
   bool alive(const Connection& c) const { return cookieOf(c.fd) == c.cookie; }
 
+  // The spare descriptor held again, when one is free.
+  void holdSpare() {
+    if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+
   void forget(List& list, List::iterator it) {
     if (auto n = perIp.find(it->ip); n != perIp.end() && --n->second == 0) perIp.erase(n);
     byKey.erase(it->key);
@@ -147,12 +152,11 @@ struct ConnectionGate::Impl {
         ::shutdown(it->fd, SHUT_RDWR);  // gRPC reads its end and closes the descriptor
         ++evicted;
         if (evictedLog.pass()) {
-          uint64_t more = evictedLog.takeHeldBack();
-          logger()->warn("connection from {} closed to make room: it made no call with the token in "
-                         "{:.1f} s{}",
-                         it->ip,
-                         std::chrono::duration<double>(Clock::now() - it->accepted).count(),
-                         more > 0 ? fmt::format(" ({} more in the last second)", more) : "");
+          logger()->warn(
+              "connection from {} closed to make room: it made no call with the token in "
+              "{:.1f} s{}",
+              it->ip, std::chrono::duration<double>(Clock::now() - it->accepted).count(),
+              evictedLog.heldBackNote());
         }
       }
       forget(strangers, it);
@@ -164,11 +168,8 @@ struct ConnectionGate::Impl {
   void refuse(int fd, const std::string& ip, const std::string& why) {
     ::close(fd);
     ++refused;
-    if (refusedLog.pass()) {
-      uint64_t more = refusedLog.takeHeldBack();
-      logger()->warn("connection from {} refused: {}{}", ip, why,
-                     more > 0 ? fmt::format(" ({} more in the last second)", more) : "");
-    }
+    if (refusedLog.pass())
+      logger()->warn("connection from {} refused: {}{}", ip, why, refusedLog.heldBackNote());
   }
 
   // Whether the accepted `fd` may be handed to gRPC (recorded when so); closed when not.
@@ -183,18 +184,20 @@ struct ConnectionGate::Impl {
     if (limits.maxPerPeer > 0 && fromIp() >= limits.maxPerPeer) {
       sweepIfStale();
       if (fromIp() >= limits.maxPerPeer && !evictOldest(&ip)) {
-        refuse(fd, ip, fmt::format("{} connections from it already, the most one address may have "
-                                   "(--max-connections-per-peer), all of them members'",
-                                   limits.maxPerPeer));
+        refuse(fd, ip,
+               fmt::format("{} connections from it already, the most one address may have "
+                           "(--max-connections-per-peer), all of them members'",
+                           limits.maxPerPeer));
         return false;
       }
     }
     if (strangers.size() + members.size() >= limits.maxConnections) {
       sweepIfStale();
       if (strangers.size() + members.size() >= limits.maxConnections && !evictOldest(nullptr)) {
-        refuse(fd, ip, fmt::format("{} connections open, the most allowed (--max-connections), all "
-                                   "of them members'",
-                                   limits.maxConnections));
+        refuse(fd, ip,
+               fmt::format("{} connections open, the most allowed (--max-connections), all "
+                           "of them members'",
+                           limits.maxConnections));
         return false;
       }
     }
@@ -226,20 +229,22 @@ struct ConnectionGate::Impl {
         std::string ip;
         keyOf(addr, ip);
         std::lock_guard<std::mutex> lock(mu);
-        refuse(fd, ip, fmt::format("no descriptor left ({}; {} allowed)", std::strerror(err),
-                                   descriptorLimit()));
+        refuse(fd, ip,
+               fmt::format("no descriptor left ({}; {} allowed)", std::strerror(err),
+                           descriptorLimit()));
         took = true;
       }
-      spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      holdSpare();
     }
     std::lock_guard<std::mutex> lock(mu);
     sweepIfStale();
     // A stranger's descriptor back for the next one (a member reconnecting, say).
     evictOldest(nullptr);
     if (!took && exhaustedLog.pass()) {
-      logger()->error("cannot accept on the store's port: {} ({} descriptors allowed); trying "
-                      "again every 50 ms",
-                      std::strerror(err), descriptorLimit());
+      logger()->error(
+          "cannot accept on the store's port: {} ({} descriptors allowed); trying "
+          "again every 50 ms",
+          std::strerror(err), descriptorLimit());
     }
     return took;
   }
@@ -259,7 +264,7 @@ struct ConnectionGate::Impl {
       }
       if (fds[1].revents != 0) return;
       waitMs = 1000;
-      if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      holdSpare();
       {
         // What closed, looked at once a second however busy the port.
         std::lock_guard<std::mutex> lock(mu);
@@ -278,7 +283,6 @@ struct ConnectionGate::Impl {
           if (err == EAGAIN || err == EWOULDBLOCK) break;
           if ((err == EMFILE || err == ENFILE) && exhausted(err)) continue;
           waitMs = 50;
-          if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
           // Wait out the pause rather than spin on an error that persists.
           ::poll(fds + 1, 1, 50);
           break;
@@ -313,10 +317,11 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::start(
   int flags = fcntl(listenFd, F_GETFL);
   if (flags < 0 || fcntl(listenFd, F_SETFL, flags | O_NONBLOCK) < 0) {
     ::close(listenFd);
-    return absl::InternalError(fmt::format("the store's listening socket: {}", std::strerror(errno)));
+    return absl::InternalError(
+        fmt::format("the store's listening socket: {}", std::strerror(errno)));
   }
   impl->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  impl->spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  impl->holdSpare();
   if (impl->wake < 0 || impl->spare < 0) {
     int err = errno;
     ::close(listenFd);
@@ -326,7 +331,7 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::start(
         fmt::format("the store's accept loop: {}", std::strerror(err)));
   }
   impl->thread = std::thread([raw = impl.get()] { raw->run(); });
-  return std::unique_ptr<ConnectionGate>(new ConnectionGate(std::move(impl), limits));
+  return std::unique_ptr<ConnectionGate>(new ConnectionGate(std::move(impl)));
 }
 
 ConnectionGate::~ConnectionGate() { stop(); }

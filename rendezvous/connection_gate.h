@@ -32,9 +32,9 @@ struct ConnectionLimits {
 };
 
 struct ConnectionCounts {
-  size_t open = 0;         // handed to gRPC and not yet seen closed
-  uint64_t refused = 0;    // closed at accept: a cap with nothing to give way, or no descriptor
-  uint64_t evicted = 0;    // closed to make room: unauthenticated, oldest first
+  size_t open = 0;       // handed to gRPC and not yet seen closed
+  uint64_t refused = 0;  // closed at accept: a cap with nothing to give way, or no descriptor
+  uint64_t evicted = 0;  // closed to make room: unauthenticated, oldest first
 };
 
 class ConnectionGate {
@@ -50,18 +50,14 @@ class ConnectionGate {
   // "ipv6:[::1]:5"); it is a member's from now on. Thread-safe; cheap when already marked.
   void authenticated(std::string_view peer);
   ConnectionCounts counts() const;
-  // The caps in force (the total after the descriptor limit's room).
-  const ConnectionLimits& limits() const { return limits_; }
   // Stops accepting and closes the listening socket; connections handed over stay gRPC's.
   // Idempotent; call before the server shuts down.
   void stop();
 
  private:
   struct Impl;
-  explicit ConnectionGate(std::shared_ptr<Impl> impl, ConnectionLimits limits)
-      : impl_(std::move(impl)), limits_(limits) {}
+  explicit ConnectionGate(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<Impl> impl_;
-  ConnectionLimits limits_;
 };
 
 }  // namespace muster::rendezvous

@@ -1,19 +1,15 @@
 // RendezvousServer: builds and runs the gRPC server around a MemoryStore and a RendezvousState.
 #include "rendezvous/rendezvous_server.h"
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
-#include <netdb.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <climits>
-#include <cstring>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"

@@ -236,16 +236,20 @@ TEST(Rendezvousd, NonUtf8KeysFromStrangersAreRefusedWithoutALogFlood) {
 }
 
 // `n` TCP connections to 127.0.0.1:port, open until closed (the kernel completes them from
-// the listen backlog whether or not the server accepts).
-std::vector<int> connectMany(int port, int n) {
+// the listen backlog whether or not the server accepts); from the loopback address `from`.
+std::vector<int> connectMany(int port, int n, const char* from = "127.0.0.1") {
   std::vector<int> fds;
   for (int i = 0; i < n; ++i) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_addr.s_addr = inet_addr(from);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0 &&
+        connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       fds.push_back(fd);
     } else if (fd >= 0) {
       close(fd);
@@ -320,27 +324,7 @@ TEST(Rendezvousd, OneAddressPastItsCapGivesWayOnlyItself) {
   ASSERT_TRUE(member.ok()) << member.status();
   ASSERT_TRUE((*member)->set("k", "v").ok());
   // 20 silent connections from 127.0.0.2: at most 4 stay open.
-  auto fromOther = [&](int n) {
-    std::vector<int> fds;
-    for (int i = 0; i < n; ++i) {
-      int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in local{};
-      local.sin_family = AF_INET;
-      local.sin_addr.s_addr = inet_addr("127.0.0.2");
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(d.port));
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0 &&
-          connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        fds.push_back(fd);
-      } else {
-        close(fd);
-      }
-    }
-    return fds;
-  };
-  auto strangers = fromOther(20);
+  auto strangers = connectMany(d.port, 20, "127.0.0.2");
   ASSERT_EQ(strangers.size(), 20u);
   // The daemon closes 16 of them (the oldest). gRPC's settings come first: a closed one reads
   // end-of-file (or a reset) after them.
