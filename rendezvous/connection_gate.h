@@ -47,7 +47,8 @@ class ConnectionGate {
   ~ConnectionGate();
 
   // A call with the token came on the connection of `peer` (gRPC's peer(): "ipv4:1.2.3.4:5",
-  // "ipv6:[::1]:5"); it is a member's from now on. Thread-safe; cheap when already marked.
+  // "ipv6:[::1]:5"); it is a member's from now on. Thread-safe; every call parses `peer` and
+  // looks it up under the gate's lock, marked already or not.
   void authenticated(std::string_view peer);
   ConnectionCounts counts() const;
   // Stops accepting and closes the listening socket; connections handed over stay gRPC's.
