@@ -641,12 +641,28 @@ void Agent::killLeftovers() {
   // Every process below launch, but the orphan guard, once the round's workers have all
   // exited: daemons that left their worker's process group (setsid, double fork) came to
   // launch as their subreaper, and go with the round.
-  auto leftovers = descendantsOf(getpid(), reaper_.pid());
-  if (leftovers.empty()) return;
-  for (pid_t p : leftovers) kill(p, SIGKILL);
+  // Pass after pass until one finds nothing new: what a killed one had below it comes to
+  // launch as it dies, and what forked during a pass is seen by the next.
+  std::vector<pid_t> killed;
+  std::set<pid_t> seen;
+  for (int pass = 0; pass < 8; ++pass) {
+    auto leftovers = descendantsOf(getpid(), reaper_.pid());
+    if (!leftovers.ok()) {
+      logger()->warn("could not look for processes the workers left behind: {}",
+                     std::string(leftovers.status().message()));
+      break;
+    }
+    size_t before = killed.size();
+    for (pid_t p : *leftovers) {
+      kill(p, SIGKILL);
+      if (seen.insert(p).second) killed.push_back(p);
+    }
+    if (killed.size() == before) break;
+  }
+  if (killed.empty()) return;
   logger()->warn("killed {} process(es) the workers left behind outside their process groups "
                  "(pids {}): a daemon (setsid, double fork) does not outlive the job",
-                 leftovers.size(), fmt::join(leftovers, ","));
+                 killed.size(), fmt::join(killed, ","));
 }
 
 void Agent::dropRound() {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace muster::launcher {
 
 struct ProcessInfo {
@@ -21,11 +23,19 @@ std::vector<ProcessInfo> listProcesses();
 // One process as /proc/PID/stat shows it; nullopt when it is gone.
 std::optional<ProcessInfo> readProcess(pid_t pid);
 
-// The live (not zombie) processes below `root`, but neither `except` nor anything below it.
-// The walk up passes through zombies (a dead shell between root and a daemon). A process that
-// left root's tree (its parent died and init adopted it) is not found: make root a child
-// subreaper (PR_SET_CHILD_SUBREAPER) to keep such orphans below it.
-std::vector<pid_t> descendantsOf(pid_t root, pid_t except);
+// The live (not zombie) processes below `root`, but neither `except` nor anything below it:
+// down from root through /proc/PID/task/TID/children (a few files), or where the kernel has
+// no such file, a walk up from every process in /proc (through zombies: a dead shell between
+// root and a daemon). A process that left root's tree (its parent died and init adopted it) is
+// not found: make root a child subreaper (PR_SET_CHILD_SUBREAPER) to keep such orphans below it.
+// One listed has been root's or a descendant's child when read: a pass is a snapshot, and a
+// process that forks or is adopted meanwhile is found by the next. Errors (out of descriptors)
+// say which file.
+absl::StatusOr<std::vector<pid_t>> descendantsOf(pid_t root, pid_t except);
+// Its two ways: down through the children files (UNIMPLEMENTED where the kernel has none), and
+// the scan of /proc.
+absl::StatusOr<std::vector<pid_t>> descendantsByChildren(pid_t root, pid_t except);
+std::vector<pid_t> descendantsByScan(pid_t root, pid_t except);
 
 // "D (disk sleep), in request_wait_answer": the State line of /proc/PID/status and where in
 // the kernel it waits; "gone" when it is.

@@ -1,6 +1,7 @@
-// Starting a worker process without the vfork window: fork with every signal blocked, so that
-// none of launch's handlers can run in the child before exec, and exec's failure reported
-// back through a pipe.
+// Starting a worker process as posix_spawn does (clone with CLONE_VM | CLONE_VFORK: no copy of
+// launch's page tables), but without the vfork window: every signal is blocked until the
+// child has put every disposition back to the default, so none of launch's handlers can run
+// in the child before exec. Exec's failure comes back in launch's memory.
 #pragma once
 
 #include <sys/resource.h>
@@ -24,7 +25,7 @@ struct SpawnRequest {
 
 // Starts the program in a process group of its own (its pid), with default signal dispositions
 // and an empty signal mask, descriptors 0-2 only, and SIGKILL when launch dies
-// (PR_SET_PDEATHSIG). Errors: INTERNAL with the errno of pipe, fork ("pipe: ...") or exec
+// (PR_SET_PDEATHSIG). Errors: INTERNAL with the errno of mmap, clone ("fork: ...") or exec
 // (the reason alone); EMFILE says which limit to raise.
 absl::StatusOr<pid_t> spawnProcess(const SpawnRequest& request);
 

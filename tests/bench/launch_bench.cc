@@ -1,7 +1,7 @@
 // launch benchmark: wall time of a trivial --nproc_per_node=4 job under launch and under
 // torchrun (default flags, and --monitor_interval=0.1), measured in one run, with the ratio;
-// launch's overhead (wall minus the slowest worker's own run time); and the time from one
-// worker's failure to all workers gone.
+// launch's overhead (wall minus the slowest worker's own run time); `launch --version` against
+// /bin/true (loading the program); and the time from one worker's failure to all workers gone.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <spawn.h>
@@ -79,6 +79,18 @@ Timing trivial(const std::vector<std::string>& launcher, const std::string& work
   return {walls[walls.size() / 2], overheads[overheads.size() / 2]};
 }
 
+// Median wall milliseconds of `reps` runs of a command that only starts and ends.
+double bare(const std::vector<std::string>& args, int reps) {
+  std::vector<double> walls;
+  for (int i = 0; i < reps; ++i) {
+    long long t0 = nowNs();
+    if (runQuiet(args) != 0) throw std::runtime_error("failed: " + args[0]);
+    walls.push_back((nowNs() - t0) / 1e6);
+  }
+  std::sort(walls.begin(), walls.end());
+  return walls[walls.size() / 2];
+}
+
 // Milliseconds from rank 0's failure until the last other worker got SIGTERM and left.
 double failover(const std::vector<std::string>& launcher, const std::string& worker, int nproc,
                 const fs::path& dir) {
@@ -131,6 +143,9 @@ int main(int argc, char** argv) {
               tf.overheadMs);
   std::printf("ratio torchrun/launch: %.0fx (default), %.0fx (--monitor_interval=0.1)\n",
               td.wallMs / l.wallMs, tf.wallMs / l.wallMs);
+  // What loading the program costs, against a C program that does nothing.
+  double version = bare({launch, "--version"}, reps), trueMs = bare({"/bin/true"}, reps);
+  std::printf("launch --version (load, parse, exit) %.2f ms; /bin/true %.2f ms\n", version, trueMs);
   double lf = failover(ours, worker, nproc, dir);
   double tff = failover(torchFast, worker, nproc, dir);
   double tfd = failover(torchDefault, worker, nproc, dir);
