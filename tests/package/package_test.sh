@@ -10,14 +10,8 @@
 # fresh root's base (mmdebstrap, a week at most) and the .debs apt downloads are cached in
 # $MUSTER_TEST_CACHE (default /var/cache/muster-test), so only the first run downloads.
 set -euo pipefail
-# No descriptor but stdin, stdout and stderr reaches what this runs: mmdebstrap's hooks write
-# to descriptors it opens, named in dash (`cat >&11`), which reads one digit only, so any
-# descriptor held here or by whoever started us (ctest, a CI shell) pushed them past 9 and
-# mmdebstrap failed ("Bad fd number"). Bash keeps the script's own descriptor close-on-exec.
-for fd in /proc/$$/fd/*; do
-  fd=${fd##*/}
-  ((fd > 2)) && eval "exec $fd>&-"
-done
+# No descriptor but stdin, stdout and stderr reaches what this runs (mmdebstrap's hooks).
+. "$(dirname "$0")/../support/close_inherited_fds.sh"
 build=$(cd "$1" && pwd)
 source=$2
 out=$build/package-test
