@@ -49,14 +49,46 @@ std::string hostName() {
 }
 
 const std::string& canonicalHostName() {
-  static const std::string name = [] {
+  // CPython's socket.getfqdn(): gethostbyaddr() of the host's name (its first address, then
+  // that address's entry), the first of the entry's name and aliases with a dot, else its name.
+  // With "127.0.0.1 localhost" first in /etc/hosts, a host listed on 127.0.0.1 is "localhost".
+  static const std::string name = []() -> std::string {
     std::string host = hostName();
-    asio::io_context io;
-    boost::system::error_code ec;
-    asio::ip::tcp::resolver resolver(io);
-    auto found = resolver.resolve(host, "", asio::ip::resolver_base::canonical_name, ec);
-    if (ec || found.empty() || found.begin()->host_name().empty()) return host;
-    return found.begin()->host_name();
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return host;
+    const void* addr = nullptr;
+    socklen_t len = 0;
+    int family = found->ai_family;
+    if (family == AF_INET) {
+      addr = &reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+      len = sizeof(in_addr);
+    } else if (family == AF_INET6) {
+      addr = &reinterpret_cast<const sockaddr_in6*>(found->ai_addr)->sin6_addr;
+      len = sizeof(in6_addr);
+    }
+    std::string result = host;
+    if (addr != nullptr) {
+      hostent entry{}, *got = nullptr;
+      std::string buf(16384, '\0');
+      int err = 0;
+      if (gethostbyaddr_r(addr, len, family, &entry, buf.data(), buf.size(), &got, &err) == 0 &&
+          got != nullptr && got->h_name != nullptr) {
+        result = got->h_name;
+        if (result.find('.') == std::string::npos) {
+          for (char** alias = got->h_aliases; alias != nullptr && *alias != nullptr; ++alias) {
+            if (std::strchr(*alias, '.') != nullptr) {
+              result = *alias;
+              break;
+            }
+          }
+        }
+      }
+    }
+    freeaddrinfo(found);
+    return result;
   }();
   return name;
 }

@@ -15,9 +15,9 @@ bool isLoopback(const std::string& address);
 // This host's name (gethostname).
 std::string hostName();
 
-// The fully qualified name, as Python's socket.getfqdn() (torchrun's _get_fq_hostname): the
-// resolver's canonical name for hostName(), or hostName() when it does not resolve. Resolved
-// once per process (a resolver lookup is not free).
+// The fully qualified name as Python's socket.getfqdn() gives it (torchrun's MASTER_ADDR on
+// one node): the entry of hostName()'s first address, its first name with a dot, else its
+// name; hostName() when it does not resolve. Looked up once per process (not free).
 const std::string& canonicalHostName();
 
 // True when `host` names this host: a loopback address, "localhost", its name or its fully

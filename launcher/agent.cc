@@ -69,8 +69,9 @@ absl::Status Agent::prepare() {
   if (multiNode_) return prepareMultiNode();
 
   if (options_.standalone || options_.rdzvBackend != "static") {
-    // As torchrun's c10d rendezvous: the host's name, and a port of our choosing.
-    at_.masterAddr = net::canonicalHostName();
+    // As torchrun's c10d rendezvous: --local_addr or the host's name (socket.getfqdn()), and
+    // a port of our choosing.
+    at_.masterAddr = !options_.localAddr.empty() ? options_.localAddr : net::canonicalHostName();
     at_.masterPort = 0;
   } else {
     at_.masterAddr = options_.masterAddr;
@@ -172,7 +173,14 @@ absl::Status Agent::prepareMultiNode() {
   NodeRendezvous::Node node;
   node.runId = layout_.runId;
   node.nodeId = fmt::format("{}-{}-{}", net::hostName(), getpid(), randomHex(2));
-  node.host = !options_.localAddr.empty() ? options_.localAddr : net::routeAddress(host, port);
+  // The address the others (and the workers) reach this node at: --local_addr; for one node,
+  // torchrun's socket.getfqdn() when it resolves; else the local end of the route to the
+  // rendezvous (a name may not resolve, or resolve to 127.0.1.1, on another host).
+  node.host = options_.localAddr;
+  if (node.host.empty() && options_.maxNodes == 1 && !net::routeAddress(net::canonicalHostName(), 9).empty()) {
+    node.host = net::canonicalHostName();
+  }
+  if (node.host.empty()) node.host = net::routeAddress(host, port);
   if (node.host.empty()) node.host = net::canonicalHostName();
   node.localWorldSize = options_.localWorldSize;
   node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;

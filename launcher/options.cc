@@ -291,6 +291,15 @@ std::vector<Flag> flagTable() {
                },
                "behave as python -m torch.distributed.launch of PyTorch 1.13 "
                "(--local_rank=N) or 2 (--local-rank=N)"});
+  t.push_back({{"--torchrun_version", "--torchrun-version"}, "MUSTER_TORCHRUN_VERSION", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 auto version = TorchrunVersion::parse(v);
+                 if (!version.ok()) return version.status();
+                 o.torchrun = *version;
+                 return absl::OkStatus();
+               },
+               "where torchrun's releases differ, do as this torch's does (default 2.14; 1.13: "
+               "NCCL_ASYNC_ERROR_HANDLING, one node on 127.0.0.1:29500); torch.__version__ works"});
   t.push_back({{"--prefix_output", "--prefix-output"}, "MUSTER_PREFIX_OUTPUT", false,
                flag(&LaunchOptions::prefixOutput),
                "prefix console lines with the role and local rank ([default0]:)"});
@@ -353,6 +362,7 @@ std::vector<Flag> flagTable() {
                      return bad("--signals_to_handle", v, expected + "; '" + name + "' is none");
                    }
                  }
+                 o.signalsToHandle = v;
                  return absl::OkStatus();
                },
                "signals that stop the job, forwarded to every worker (default "
@@ -662,6 +672,8 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
     o.rdzvBackend = "c10d";
     o.minNodes = o.maxNodes = 1;
   }
+  // torch.distributed.launch of 1.13 sets 1.13's variables.
+  if (o.legacyLaunch == "1.13" && !o.given.count("--torchrun_version")) o.torchrun = {1, 13};
   if (auto it = env.find("MUSTER_LOG_LEVEL"); it != env.end() && o.logLevel.empty()) {
     o.logLevel = it->second;
   }
@@ -716,6 +728,17 @@ absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string,
         "--rdzv_backend={} is not supported; expected static, c10d or muster (etcd is not "
         "offered: run rendezvousd and use --rdzv_backend=c10d)",
         o.rdzvBackend));
+  }
+  // torchrun >= 2.14: one node with neither a port nor an endpoint runs as --standalone, on
+  // a free port (a port Slurm gave counts as given).
+  bool portGiven = o.given.count("--master_port") > 0 ||
+                   std::any_of(o.fromSlurm.begin(), o.fromSlurm.end(), [](const std::string& f) {
+                     return f.rfind("--master_port=", 0) == 0;
+                   });
+  if (o.torchrun.oneNodeDefaultIsStandalone() && !o.standalone && o.rdzvBackend == "static" &&
+      o.rdzvEndpoint.empty() && o.maxNodes == 1 && o.nodeRank == 0 && !portGiven) {
+    o.standalone = true;
+    o.rdzvBackend = "c10d";
   }
   if (!o.rdzvEndpoint.empty()) {
     if (auto s = parseEndpoint(o); !s.ok()) return s;

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
+#include "launcher/torchrun_version.h"
 
 namespace muster::launcher {
 
@@ -72,6 +73,7 @@ struct LaunchOptions {
   // torchrun's default SIGTERM,SIGINT,SIGHUP,SIGQUIT). SIGUSR1/SIGUSR2 not listed here are
   // forwarded as notices and the job goes on (Slurm's --signal).
   std::vector<int> stopSignals;
+  std::string signalsToHandle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as given (2.14 exports it)
   bool virtualLocalRank = false;       // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES one device
   std::string eventLogHandler = "null";  // null, console or dynamic_rendezvous
   // Empty: the flag was not given (a given flag has at least one filter, maybe "").
@@ -81,6 +83,9 @@ struct LaunchOptions {
   // ${local_rank}, ${rank}, ${hostname}; "" for torchrun's [role local_rank]:.
   std::string logLinePrefixTemplate;
   // muster's own.
+  // Which torchrun launch follows where releases differ (torchrun_version.h); --legacy_launch
+  // =1.13 implies 1.13 unless given.
+  TorchrunVersion torchrun;
   double gracePeriodS = 30;  // SIGTERM -> SIGKILL (--shutdown_timeout, --grace_period)
   double killTimeoutS = 30;  // SIGKILL -> giving up on a worker stuck in the kernel
   // --hang_timeout: no rank's progress (output, file timer, heartbeat) for this long is a

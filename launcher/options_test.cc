@@ -41,8 +41,27 @@ TEST(LaunchOptions, BothSpellingsAndBothValueForms) {
   }
 }
 
-TEST(LaunchOptions, DefaultsAreTorchrunsDefaults) {
+// torchrun 2.14's defaults (launch's): one node with neither a port nor an endpoint is
+// --standalone, the c10d rendezvous on a free port; a port given, by flag, PET_MASTER_PORT or
+// Slurm, keeps the static rendezvous, as do several nodes and a node rank.
+TEST(LaunchOptions, OneNodeWithoutAPortIsStandaloneAsInTorchrun214) {
   auto o = parse({"train.py"});
+  EXPECT_TRUE(o.standalone);
+  EXPECT_EQ(o.rdzvBackend, "c10d");
+  EXPECT_EQ(o.torchrun.str(), "2.14");
+  EXPECT_FALSE(parse({"--master_port=29500", "train.py"}).standalone);
+  EXPECT_FALSE(parse({"train.py"}, {{"PET_MASTER_PORT", "29501"}}).standalone);
+  EXPECT_FALSE(parse({"--nnodes=2", "train.py"}).standalone);
+  EXPECT_FALSE(parse({"--rdzv_endpoint=localhost:29400", "train.py"}).standalone);
+  EXPECT_FALSE(parse({"--torchrun_version=2.6", "train.py"}).standalone);
+  EXPECT_FALSE(parse({"--legacy_launch=1.13", "train.py"}).standalone);
+  EXPECT_EQ(parse({"--legacy_launch=1.13", "train.py"}).torchrun.str(), "1.13");
+  EXPECT_EQ(parse({"--legacy_launch=1.13", "--torchrun_version=2.14", "train.py"}).torchrun.str(), "2.14");
+  EXPECT_EQ(parse({"train.py"}, {{"MUSTER_TORCHRUN_VERSION", "1.13.0a0"}}).torchrun.str(), "1.13");
+}
+
+TEST(LaunchOptions, DefaultsAreTorchrunsDefaults) {
+  auto o = parse({"--torchrun_version=2.6", "train.py"});
   EXPECT_EQ(o.minNodes, 1);
   EXPECT_EQ(o.maxNodes, 1);
   EXPECT_EQ(o.localWorldSize, 1);
@@ -218,6 +237,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"--redirects=7", "p"}, "--redirects=7"},
                       BadCase{{"--rdzv_backend=etcd", "p"}, "etcd"},
                       BadCase{{"--node_rank=3", "p"}, "--node_rank=3"},
+                      BadCase{{"--torchrun_version=two", "p"}, "--torchrun_version=two"},
+                      BadCase{{"--torchrun_version=1.8", "p"}, "torch 1.9"},
+                      BadCase{{"--torchrun_version=2", "p"}, "such as 1.13"},
                       BadCase{{"--nproc_per_node"}, "needs a value"},
                       BadCase{{"--nproc_per_node=2"}, "no PROGRAM"},
                       BadCase{{"-m", "--no_python", "p"}, "--module and --no_python"},
@@ -357,6 +379,17 @@ TEST(Slurm, InsideSrunTheAbsentFlagsComeFromTheStep) {
   EXPECT_EQ(o.sharedDir, "/home/u/job/.muster-shared");
   EXPECT_TRUE(o.sharedDirFromSlurm);
   EXPECT_EQ(o.fromSlurm.size(), 6u);
+}
+
+// A one-node step: the port Slurm gives counts as given, so the rendezvous stays static.
+TEST(Slurm, AOneNodeStepKeepsTheStaticRendezvousOnItsPort) {
+  auto env = srunEnv(0);
+  env["SLURM_NNODES"] = env["SLURM_STEP_NUM_NODES"] = env["SLURM_STEP_NUM_TASKS"] = "1";
+  env["SLURM_JOB_NODELIST"] = env["SLURM_STEP_NODELIST"] = "n1";
+  auto o = parse({"train.py"}, env);
+  EXPECT_FALSE(o.standalone);
+  EXPECT_EQ(o.rdzvBackend, "static");
+  EXPECT_EQ(o.masterPort, 29500 + 4242 % 1000);
 }
 
 TEST(Slurm, FlagsGivenWin) {

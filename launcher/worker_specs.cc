@@ -65,10 +65,12 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     // torchrun's static rendezvous and torchrun >= 2.5's c10d), or with --worker_store=rank0
     // rank 0's own TCPStore there.
     e["TORCHELASTIC_USE_AGENT_STORE"] = o.agentStore ? "True" : "False";
-    if (!job.env.count("NCCL_ASYNC_ERROR_HANDLING")) e["NCCL_ASYNC_ERROR_HANDLING"] = "1";
-    if (!job.env.count("TORCH_NCCL_ASYNC_ERROR_HANDLING")) {
-      e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    // NCCL's async error handling on unless the user set it, by the name this torch reads.
+    if (const char* name = o.torchrun.ncclAsyncErrorHandlingVariable(); !job.env.count(name)) {
+      e[name] = "1";
     }
+    // torchrun 2.14 exports its --signals_to_handle (set in its own environment, so it wins).
+    if (o.torchrun.exportsSignalsToHandle()) e["TORCHELASTIC_SIGNALS_TO_HANDLE"] = o.signalsToHandle;
     spec.errorFile = (rankDir / "error.json").string();
     e["TORCHELASTIC_ERROR_FILE"] = spec.errorFile;
     e[contract::kStoreAddr] = job.storeEndpoint;

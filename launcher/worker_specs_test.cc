@@ -64,7 +64,8 @@ TEST(WorkerSpecs, EachRankGetsTorchrunsVariablesForItsPlaceInTheRound) {
            {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "job7"},
            {"TORCHELASTIC_USE_AGENT_STORE", "True"},
            {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
-           // The user's own value wins.
+           {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+           // Inherited: launch (as torchrun 2.14) does not set the old name.
            {"NCCL_ASYNC_ERROR_HANDLING", "0"},
            {"PATH", "/usr/bin"},
            {"TORCHELASTIC_ERROR_FILE", "/nonexistent/logs/job7_abc/attempt_5/1/error.json"},
@@ -88,6 +89,41 @@ TEST(WorkerSpecs, EachRankGetsTorchrunsVariablesForItsPlaceInTheRound) {
   EXPECT_EQ(s[0].env.at("LOCAL_RANK"), "0");
   // Pure: nothing was made on disk.
   EXPECT_FALSE(std::filesystem::exists("/nonexistent"));
+}
+
+// What differs between torchrun's releases follows --torchrun_version: 2.14 (the default) sets
+// TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCHELASTIC_SIGNALS_TO_HANDLE, 2.6 the first only, 1.13
+// NCCL_ASYNC_ERROR_HANDLING only; a value the user set is kept.
+TEST(WorkerSpecs, TheVariablesThatChangedBetweenReleasesFollowTorchrunVersion) {
+  struct Want {
+    std::vector<std::string> flags;
+    std::map<std::string, std::string> set;
+    std::vector<std::string> unset;
+  };
+  std::vector<Want> cases{
+      {{}, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGUSR1"}},
+       {"NCCL_ASYNC_ERROR_HANDLING"}},
+      {{"--torchrun_version=2.6.0+cu124"}, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}},
+       {"NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}},
+      {{"--torchrun_version=2.1"}, {{"NCCL_ASYNC_ERROR_HANDLING", "1"}},
+       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}},
+      {{"--legacy_launch=1.13"}, {{"NCCL_ASYNC_ERROR_HANDLING", "1"}},
+       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.flags;
+    args.insert(args.end(), {"--signals_to_handle=SIGTERM,SIGUSR1", "--master_port=1", "prog"});
+    auto s = specs(options(args), {}, layout(), {}, {"/bin/prog"});
+    ASSERT_EQ(s.size(), 1u);
+    for (const auto& [name, value] : c.set) {
+      EXPECT_EQ(s[0].env.count(name) ? s[0].env.at(name) : "(unset)", value) << name << " " << args[0];
+    }
+    for (const auto& name : c.unset) EXPECT_EQ(s[0].env.count(name), 0u) << name << " " << args[0];
+  }
+  // The user's own value wins, by either name.
+  auto s = specs(options({"--master_port=1", "prog"}), {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}},
+                 layout(), {}, {"/bin/prog"});
+  EXPECT_EQ(s[0].env.at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
 }
 
 TEST(WorkerSpecs, NoTokenMeansNoTokenFileAndNoSharedDirMeansNone) {

@@ -1,5 +1,7 @@
 // launch benchmark: wall time of a trivial --nproc_per_node=4 job under launch and under
-// torchrun (default flags, and --monitor_interval=0.1), measured in one run, with the ratio;
+// torchrun (default flags, and --monitor_interval=0.1), measured in one run, with the ratio.
+// The torchrun is the host's (Debian's 1.13), or another torch's with --torchrun "CMD" (under
+// tests/compat/with_torch.sh: --torchrun "$MUSTER_TEST_TORCHRUN"; 2.x's default interval is 0.1 s);
 // launch's overhead (wall minus the slowest worker's own run time); `launch --version` against
 // /bin/true (loading the program); and the time from one worker's failure to all workers gone.
 #include <CLI/CLI.hpp>
@@ -12,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
@@ -120,6 +123,13 @@ int main(int argc, char** argv) {
   app.add_option("--nproc", nproc)->capture_default_str();
   app.add_option("--reps", reps, "runs of launch per figure (median)")->capture_default_str();
   app.add_option("--torch-reps", torchReps, "runs of torchrun per figure")->capture_default_str();
+  std::string torchrunCmd;
+  app.add_option("--torchrun", torchrunCmd,
+                 "the reference torchrun as a command line (default: Debian's 1.13 under "
+                 "/usr/bin/python3)");
+  std::string torchVersion = "1.13";
+  app.add_option("--torch-version", torchVersion, "its torch's version, for the report")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   std::string worker = build + "/tests/bench/trivial_worker";
   std::string launch = build + "/launcher/launch";
@@ -127,12 +137,18 @@ int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path() / ("muster-launch-bench-" + std::to_string(getpid()));
   std::string n = "--nproc_per_node=" + std::to_string(nproc);
   std::vector<std::string> ours{launch, n, "--master_port=29555"};
-  std::vector<std::string> torchDefault{python, torchrun, n, "--master_port=29556", "--no_python"};
+  std::vector<std::string> torchDefault{python, torchrun};
+  if (!torchrunCmd.empty()) {
+    torchDefault.clear();
+    std::istringstream words(torchrunCmd);
+    for (std::string w; words >> w;) torchDefault.push_back(w);
+  }
+  torchDefault.insert(torchDefault.end(), {n, "--master_port=29556", "--no_python"});
   std::vector<std::string> torchFast = torchDefault;
   torchFast.push_back("--monitor_interval=0.1");
 
-  std::printf("launch benchmark: --nproc_per_node=%d of a trivial C++ program, %d cores\n", nproc,
-              static_cast<int>(std::thread::hardware_concurrency()));
+  std::printf("launch benchmark: --nproc_per_node=%d of a trivial C++ program, %d cores, torchrun of torch %s\n",
+              nproc, static_cast<int>(std::thread::hardware_concurrency()), torchVersion.c_str());
   Timing l = trivial(ours, worker, nproc, reps, dir);
   Timing td = trivial(torchDefault, worker, nproc, torchReps, dir);
   Timing tf = trivial(torchFast, worker, nproc, torchReps, dir);

@@ -1,12 +1,18 @@
-// launch against the reference: Debian's PyTorch 1.13 (torchrun and torch.distributed.launch)
-// running the same unmodified scripts in the same test.
+// launch against the reference: one torch's own torchrun and torch.distributed.launch running
+// the same unmodified scripts in the same test. The torch is the host's (Debian's PyTorch 1.13
+// under /usr/bin/python3) or, run by tests/compat/with_torch.sh, a Debian root's (2.6, 2.14):
+// MUSTER_TEST_PYTHON, MUSTER_TEST_TORCHRUN, MUSTER_TEST_LEGACY and MUSTER_TEST_TORCH say which.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "tests/support/child.h"
 
@@ -20,9 +26,59 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr std::chrono::milliseconds kRun{120000};
-constexpr char kPython[] = "/usr/bin/python3";
 
 std::string source(const std::string& rel) { return (fs::path(testing::sourceDir()) / rel).string(); }
+
+std::vector<std::string> words(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// The torch these tests compare launch with.
+struct Torch {
+  std::string python;                          // PYTHON_EXEC for the ranks
+  std::vector<std::string> torchrun, legacy;   // its torchrun, its torch.distributed.launch
+  std::string version;                         // torch.__version__
+  bool before2_14 = true;                      // launch is told the version (its default: 2.14)
+  bool major1 = true;
+};
+
+const Torch& torch() {
+  static const Torch t = [] {
+    Torch t;
+    auto env = [](const char* name, const std::string& otherwise) {
+      const char* v = std::getenv(name);
+      return v != nullptr && *v != '\0' ? std::string(v) : otherwise;
+    };
+    t.python = env("MUSTER_TEST_PYTHON", "/usr/bin/python3");
+    t.torchrun = words(env("MUSTER_TEST_TORCHRUN", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py")));
+    t.legacy = words(env("MUSTER_TEST_LEGACY", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py") + " --legacy"));
+    t.version = env("MUSTER_TEST_TORCH", "1.13");
+    int major = 0, minor = 0;
+    std::sscanf(t.version.c_str(), "%d.%d", &major, &minor);
+    t.before2_14 = major < 2 || (major == 2 && minor < 14);
+    t.major1 = major < 2;
+    return t;
+  }();
+  return t;
+}
+
+// torch's torchrun (legacy: torch.distributed.launch) with these arguments.
+std::vector<std::string> torchrun(std::vector<std::string> args, bool legacy = false) {
+  std::vector<std::string> argv = legacy ? torch().legacy : torch().torchrun;
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// launch, told which torchrun to follow, with these arguments.
+std::vector<std::string> launch(std::vector<std::string> args) {
+  std::vector<std::string> argv{buildDir() + "/launcher/launch"};
+  if (torch().before2_14) argv.push_back("--torchrun_version=" + torch().version);
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
 
 class Compat : public ::testing::Test {
  protected:
@@ -35,7 +91,10 @@ class Compat : public ::testing::Test {
 
   // Runs and expects success; the environment has no OMP_NUM_THREADS, as a fresh shell.
   void run(std::vector<std::string> argv) {
-    Child c(argv, {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + std::string(kPython)});
+    // PYTHON_EXEC for launch only: torch's torchrun runs its ranks with its own Python.
+    std::vector<std::string> env{"OMP_NUM_THREADS="};
+    if (argv[0] == buildDir() + "/launcher/launch") env.push_back("PYTHON_EXEC=" + torch().python);
+    Child c(argv, env);
     auto exit = c.wait(kRun);
     ASSERT_TRUE(exit.has_value()) << "timed out: " << argv[0];
     ASSERT_EQ(exit->code, 0) << c.stderrText();
@@ -52,12 +111,10 @@ TEST_F(Compat, DdpTrainingStepIsTheSameUnderLaunchAndTorchrun) {
   int torchPort = freePort(), ourPort = freePort();
   // OMP_NUM_THREADS must be unset (not empty) for both, as in a fresh shell.
   unsetenv("OMP_NUM_THREADS");
-  run({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=2",
-       "--master_port=" + std::to_string(torchPort), source("tests/compat/ddp_step.py"),
-       (dir_ / "torch").string()});
-  run({buildDir() + "/launcher/launch", "--nproc_per_node=2",
-       "--master_port=" + std::to_string(ourPort), source("tests/compat/ddp_step.py"),
-       (dir_ / "muster").string()});
+  run(torchrun({"--nproc_per_node=2", "--master_port=" + std::to_string(torchPort),
+                source("tests/compat/ddp_step.py"), (dir_ / "torch").string()}));
+  run(launch({"--nproc_per_node=2", "--master_port=" + std::to_string(ourPort),
+              source("tests/compat/ddp_step.py"), (dir_ / "muster").string()}));
   for (int rank = 0; rank < 2; ++rank) {
     json theirs = result("torch", rank), ours = result("muster", rank);
     ASSERT_FALSE(theirs.is_null());
@@ -87,10 +144,10 @@ TEST_F(Compat, DdpTrainingStepIsTheSameUnderLaunchAndTorchrun) {
 TEST_F(Compat, RankZeroLeavingFirstDoesNotTakeTheStoreAway) {
   unsetenv("OMP_NUM_THREADS");
   std::string script = source("tests/compat/agent_store.py");
-  run({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=3",
-       "--master_port=" + std::to_string(freePort()), script, "leave", (dir_ / "torch").string()});
-  run({buildDir() + "/launcher/launch", "--nproc_per_node=3",
-       "--master_port=" + std::to_string(freePort()), script, "leave", (dir_ / "muster").string()});
+  run(torchrun({"--nproc_per_node=3", "--master_port=" + std::to_string(freePort()), script,
+                "leave", (dir_ / "torch").string()}));
+  run(launch({"--nproc_per_node=3", "--master_port=" + std::to_string(freePort()), script,
+              "leave", (dir_ / "muster").string()}));
   for (int rank = 1; rank < 3; ++rank) {
     EXPECT_EQ(result("torch", rank)["ok"], true);
     EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
@@ -99,26 +156,53 @@ TEST_F(Compat, RankZeroLeavingFirstDoesNotTakeTheStoreAway) {
   // its job dies here; torchrun >= 2.5 shares the agent's, as launch does).
   fs::remove_all(dir_ / "muster");
   fs::create_directories(dir_ / "muster");
-  run({buildDir() + "/launcher/launch", "--nproc_per_node=3", "--rdzv_backend=c10d",
-       "--rdzv_endpoint=localhost:0", script, "leave", (dir_ / "muster").string()});
+  run(launch({"--nproc_per_node=3", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0",
+              script, "leave", (dir_ / "muster").string()}));
   for (int rank = 1; rank < 3; ++rank) EXPECT_EQ(result("muster", rank)["ok"], true);
 }
 
-// A restarted group gets a fresh key space: attempt 1 does not see attempt 0's keys, under
-// torchrun (its /worker/attempt_N prefix) and under launch (a namespace per round).
+// A restarted group gets a fresh key space under launch (a namespace per round), whatever the
+// torch: attempt 1 does not see attempt 0's keys. torchrun 1.13 does the same (its
+// /worker/attempt_N prefix): the results must be equal. torchrun 2.x keeps one agent store for
+// every attempt without a prefix ("a new TCPStore for every retry", says its comment; not so):
+// attempt 1 sees attempt 0's keys, and its Gloo group may read attempt 0's addresses and fail
+// (seen under 2.14). launch keeps the isolation; torchrun 2.x's result is printed, not compared.
 TEST_F(Compat, ARestartedGroupDoesNotSeeTheLastAttemptsKeys) {
   unsetenv("OMP_NUM_THREADS");
   std::string script = source("tests/compat/agent_store.py");
-  run({kPython, source("tests/compat/torchrun_py311.py"), "--nproc_per_node=2",
-       "--max_restarts=1", "--monitor_interval=0.2", "--master_port=" + std::to_string(freePort()),
-       script, "restart", (dir_ / "torch").string()});
-  run({buildDir() + "/launcher/launch", "--nproc_per_node=2", "--max_restarts=1",
-       "--grace_period=5", "--master_port=" + std::to_string(freePort()), script, "restart",
-       (dir_ / "muster").string()});
+  run(launch({"--nproc_per_node=2", "--max_restarts=1", "--grace_period=5",
+              "--master_port=" + std::to_string(freePort()), script, "restart",
+              (dir_ / "muster").string()}));
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(result("torch", rank)["saw_attempt_0"], false);
-    EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
+    EXPECT_EQ(result("muster", rank)["saw_attempt_0"], false) << "rank " << rank;
+    EXPECT_EQ(result("muster", rank)["attempt"], 1) << "rank " << rank;
   }
+  std::vector<std::string> theirs = torchrun({"--nproc_per_node=2", "--max_restarts=1",
+                                              "--monitor_interval=0.2",
+                                              "--master_port=" + std::to_string(freePort()),
+                                              script, "restart", (dir_ / "torch").string()});
+  if (torch().major1) {
+    run(theirs);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ(result("muster", rank), result("torch", rank)) << "rank " << rank;
+    }
+    return;
+  }
+  // Seen under 2.14: exit 1 (Gloo refused at attempt 0's address), or a hang; stopped at 45 s.
+  Child c(theirs, {"OMP_NUM_THREADS="});
+  auto exit = c.wait(std::chrono::seconds(45));
+  std::string how = exit ? "exit " + std::to_string(exit->code) : "no end in 45 s (stopped)";
+  if (!exit) {
+    // torchrun and its workers (whose arguments name this folder).
+    std::system(("pkill -KILL -f '" + (dir_ / "torch").string() + "'").c_str());
+  }
+  std::string seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(dir_ / "torch" / (std::to_string(rank) + ".json"));
+    seen += " rank " + std::to_string(rank) + ": " +
+            (in.good() ? json::parse(in).dump() : std::string("wrote nothing"));
+  }
+  std::printf("torchrun %s, restarted: %s;%s\n", torch().version.c_str(), how.c_str(), seen.c_str());
 }
 
 // --worker_store=rank0 keeps the old way for scripts that start their own TCPStore on
@@ -134,9 +218,8 @@ TEST_F(Compat, Rank0WorkerStoreSwitchLetsAScriptHostItsOwnStore) {
   fs::path script = dir_ / "own_store.py";
   std::ofstream(script) << body;
   for (std::string how : {"--worker_store=rank0", "env"}) {
-    std::vector<std::string> env = {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + std::string(kPython)};
-    std::vector<std::string> argv = {buildDir() + "/launcher/launch", "--nproc_per_node=2",
-                                     "--master_port=" + std::to_string(freePort())};
+    std::vector<std::string> env = {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + torch().python};
+    std::vector<std::string> argv = launch({"--nproc_per_node=2", "--master_port=" + std::to_string(freePort())});
     if (how == "env") {
       env.push_back("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1");
     } else {
@@ -152,14 +235,26 @@ TEST_F(Compat, Rank0WorkerStoreSwitchLetsAScriptHostItsOwnStore) {
     EXPECT_EQ(std::count(out.begin(), out.end(), 'F'), 2) << how << ": " << out;
     EXPECT_EQ(out.find("True"), std::string::npos) << how << ": " << out;
   }
-  // With the agent store (the default) the port is launch's: the script's own server cannot
-  // bind it, and the message says what to do.
-  Child c({buildDir() + "/launcher/launch", "--nproc_per_node=2",
-           "--master_port=" + std::to_string(freePort()), script.string()},
-          {"OMP_NUM_THREADS=", "PYTHON_EXEC=" + std::string(kPython)});
-  auto exit = c.wait(kRun);
-  ASSERT_TRUE(exit.has_value());
-  EXPECT_NE(exit->code, 0);
+  // With the agent store (the default) the port is the agent's, under torchrun as under
+  // launch: the script's own server cannot bind it. torch 1.13 and 2.6 fail there; 2.14's
+  // TCPStore forgives the failed bind on the agent's MASTER_ADDR:MASTER_PORT and is a client.
+  // launch succeeds or fails as that torch's torchrun does.
+  std::map<std::string, int> exits;
+  for (std::string who : {"torchrun", "launch"}) {
+    std::vector<std::string> args{"--nproc_per_node=2", "--master_port=" + std::to_string(freePort()),
+                                  script.string()};
+    std::vector<std::string> env{"OMP_NUM_THREADS="};
+    if (who == "launch") env.push_back("PYTHON_EXEC=" + torch().python);
+    Child c(who == "launch" ? launch(args) : torchrun(args), env);
+    auto exit = c.wait(kRun);
+    ASSERT_TRUE(exit.has_value()) << who;
+    exits[who] = exit->code;
+  }
+  EXPECT_EQ(exits["launch"] == 0, exits["torchrun"] == 0)
+      << "launch exit " << exits["launch"] << ", torchrun " << torch().version << " exit "
+      << exits["torchrun"];
+  std::printf("own store on the agent's port, torch %s: torchrun exit %d, launch exit %d\n",
+              torch().version.c_str(), exits["torchrun"], exits["launch"]);
 }
 
 // One job, a C++ rank (muster's c10d adapter over gRPC) and a Python rank (torch's TCPStore
@@ -176,13 +271,12 @@ TEST_F(Compat, CppAndPythonRanksOfOneJobShareTheStore) {
   std::ofstream(dir_ / "mixed.py") << py;
   std::string body = "if [ \"$RANK\" = 0 ]; then\n  " + tool +
                      " store-set from-cpp cpp-value && " + tool +
-                     " store-get from-python\nelse\n  exec " + kPython + " " +
+                     " store-get from-python\nelse\n  exec " + torch().python + " " +
                      (dir_ / "mixed.py").string() + "\nfi\n";
   fs::path script = dir_ / "mixed.sh";
   std::ofstream(script) << "#!/bin/bash\n" << body;
   fs::permissions(script, fs::perms::owner_all);
-  Child c({buildDir() + "/launcher/launch", "--nproc_per_node=2", "--master_port=0", script.string()},
-          {"OMP_NUM_THREADS="});
+  Child c(launch({"--nproc_per_node=2", "--master_port=0", script.string()}), {"OMP_NUM_THREADS="});
   auto exit = c.wait(kRun);
   ASSERT_TRUE(exit.has_value());
   ASSERT_EQ(exit->code, 0) << c.stderrText();
@@ -201,8 +295,7 @@ TEST_F(Compat, RendezvousEndpointFormsRunAsUnderTorchrun) {
     fs::create_directories(dir_ / "muster");
     std::vector<std::string> flags{"--nproc_per_node=2", "--rdzv_backend=c10d",
                                    "--rdzv_endpoint=" + endpoint};
-    std::vector<std::string> theirs{kPython, source("tests/compat/torchrun_py311.py")};
-    std::vector<std::string> ours{buildDir() + "/launcher/launch"};
+    std::vector<std::string> theirs = torchrun({}), ours = launch({});
     for (auto* argv : {&theirs, &ours}) {
       argv->insert(argv->end(), flags.begin(), flags.end());
       argv->push_back(source("tests/compat/ddp_step.py"));
@@ -219,12 +312,12 @@ TEST_F(Compat, RendezvousEndpointFormsRunAsUnderTorchrun) {
 
 TEST_F(Compat, LegacyLaunchPassesLocalRankAsTorchDistributedLaunchDoes) {
   unsetenv("OMP_NUM_THREADS");
-  run({kPython, source("tests/compat/torchrun_py311.py"), "--legacy", "--nproc_per_node=2",
-       "--master_port=" + std::to_string(freePort()), source("tests/compat/local_rank_arg.py"),
-       (dir_ / "torch").string()});
-  run({buildDir() + "/launcher/launch", "--legacy_launch=1.13", "--nproc_per_node=2",
-       "--master_port=" + std::to_string(freePort()), source("tests/compat/local_rank_arg.py"),
-       (dir_ / "muster").string()});
+  std::string legacy = torch().major1 ? "--legacy_launch=1.13" : "--legacy_launch=2";
+  run(torchrun({"--nproc_per_node=2", "--master_port=" + std::to_string(freePort()),
+                source("tests/compat/local_rank_arg.py"), (dir_ / "torch").string()},
+               /*legacy=*/true));
+  run(launch({legacy, "--nproc_per_node=2", "--master_port=" + std::to_string(freePort()),
+              source("tests/compat/local_rank_arg.py"), (dir_ / "muster").string()}));
   for (int rank = 0; rank < 2; ++rank) {
     json theirs = result("torch", rank), ours = result("muster", rank);
     EXPECT_EQ(theirs["arg"], rank);
@@ -235,9 +328,8 @@ TEST_F(Compat, LegacyLaunchPassesLocalRankAsTorchDistributedLaunchDoes) {
   // --use_env: no argument, LOCAL_RANK only.
   fs::remove_all(dir_ / "muster");
   fs::create_directories(dir_ / "muster");
-  run({buildDir() + "/launcher/launch", "--legacy_launch=1.13", "--use_env",
-       "--nproc_per_node=2", "--master_port=" + std::to_string(freePort()),
-       source("tests/compat/local_rank_arg.py"), (dir_ / "muster").string()});
+  run(launch({legacy, "--use_env", "--nproc_per_node=2", "--master_port=" + std::to_string(freePort()),
+              source("tests/compat/local_rank_arg.py"), (dir_ / "muster").string()}));
   EXPECT_TRUE(result("muster", 1)["arg"].is_null());
   EXPECT_EQ(result("muster", 1)["env"], "1");
 }

@@ -137,8 +137,10 @@ TEST_F(LaunchTest, EveryRankGetsTorchrunsVariables) {
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "none");
     EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
-    EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    // As torchrun 2.14 (--torchrun_version's default): the new name only, and the signals.
+    EXPECT_EQ(env.count("NCCL_ASYNC_ERROR_HANDLING"), 0u);
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(env["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
     // OMP_NUM_THREADS was set but empty here: torchrun only fills it in when it is unset.
     EXPECT_EQ(env["OMP_NUM_THREADS"], "");
     EXPECT_TRUE(std::regex_match(env["TORCHELASTIC_ERROR_FILE"],
