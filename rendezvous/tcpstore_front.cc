@@ -239,7 +239,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return true;
   }
 
-  static std::string key(const std::string& wire) { return contract::storeKeyFromTcpStore(wire); }
+  // The store's key for a wire key. The first attempt prefix a client puts before its keys
+  // (1.13's init_process_group, or a script's own PrefixStore: a rank's own attempt) is
+  // remembered, so that LIST gives the client its keys as it named them.
+  std::string key(const std::string& wire) {
+    std::string stored = contract::storeKeyFromTcpStore(wire);
+    if (attemptPrefix_.empty() && stored.size() != wire.size()) {
+      attemptPrefix_ = wire.substr(0, wire.size() - stored.size());
+    }
+    return stored;
+  }
 
   // SET, APPEND and QUEUE_PUSH: one key, one value, no reply.
   template <typename KeyValueOp>
@@ -371,7 +380,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto r = now(req);
         if (failed(r, q.op)) return;
         tcpstore::putI64(out_, r.values().values_size());
-        for (const auto& k : r.values().values()) tcpstore::putBytes(out_, k);
+        for (const auto& k : r.values().values()) {
+          // "/K" as this client wrote it ("//worker/attempt_N/K" when it used the prefix).
+          tcpstore::putBytes(out_, !attemptPrefix_.empty() && !k.empty() && k[0] == '/' ? attemptPrefix_ + k : k);
+        }
         return;
       }
       case Op::kWait:
@@ -498,6 +510,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   MemoryStore::WaiterId waiter_ = MemoryStore::kNotPending;
   uint64_t waitSeq_ = 0;
   std::string ns_;
+  std::string attemptPrefix_;  // "//worker/attempt_N": the first this client used; "" before
   size_t needed_ = 0;     // bytes the request at head_ needs before decoding again
   std::array<char, kReadChunk> chunk_;
   size_t accounted_ = 0;  // this connection's share of the front's buffered input

@@ -3,12 +3,16 @@ it (TCPStore(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, False) wrapped in the agent-s
 
 usage: tcpstore_ops.py ref            # against torch's own TCPStore server, started here
        tcpstore_ops.py HOST PORT      # against a server that is already there
+       tcpstore_ops.py env            # at MASTER_ADDR:MASTER_PORT (a rank under a launcher)
 
-Prints one JSON object: each operation's result, so that a test can compare a run against
-muster's store with a run against torch's.
+Prints one JSON object (or writes it to $TCPSTORE_OPS_OUT): each operation's result, and for
+a failing one the exception's class, so that a test can compare a run against muster's store
+with a run against torch's. With torch 2.x's client, its methods too (append, multi_get/set,
+check, list_keys, queues; wait and get timing out).
 """
 import datetime
 import json
+import os
 import sys
 import threading
 import time
@@ -21,6 +25,8 @@ def main():
         server = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=30),
                                wait_for_workers=False)
         host, port = "127.0.0.1", server.port
+    elif sys.argv[1] == "env":
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     else:
         host, port = sys.argv[1], int(sys.argv[2])
     timeout = datetime.timedelta(seconds=20)
@@ -74,7 +80,53 @@ def main():
         out["get_missing"] = "returned"
     except RuntimeError:
         out["get_missing"] = "raised"
-    print(json.dumps(out, sort_keys=True), flush=True)
+    if hasattr(store, "multi_get"):
+        extended(store, attempt1, out)
+    text = json.dumps(out, sort_keys=True)
+    if os.environ.get("TCPSTORE_OPS_OUT"):
+        with open(os.environ["TCPSTORE_OPS_OUT"], "w") as f:
+            f.write(text)
+    else:
+        print(text, flush=True)
+
+
+def outcome(call):
+    """The value, or the exception's class (what a caller can tell apart)."""
+    try:
+        value = call()
+    except Exception as e:  # the class is the answer being compared
+        return "raised " + type(e).__name__
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, list):
+        return [v.decode(errors="replace") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def extended(store, other, out):
+    """torch 2.x's client methods, on the same prefixed store."""
+    store.set_timeout(datetime.timedelta(seconds=20))
+    out["append_new"] = outcome(lambda: store.append("log", "a"))
+    out["append_again"] = outcome(lambda: store.append("log", "bc"))
+    out["get_appended"] = outcome(lambda: store.get("log"))
+    out["multi_set"] = outcome(lambda: store.multi_set(["m1", "m2", "m3"], ["1", b"\x00\xff", ""]))
+    out["multi_get"] = outcome(lambda: store.multi_get(["m1", "m2", "m3"]))
+    out["check_present"] = outcome(lambda: store.check(["m1", "m2"]))
+    out["check_one_absent"] = outcome(lambda: store.check(["m1", "nope"]))
+    out["check_other_attempt"] = outcome(lambda: other.check(["m1"]))
+    out["list_keys"] = outcome(lambda: sorted(store.list_keys()))
+    out["num_keys_now"] = outcome(store.num_keys)
+    out["has_extended_api"] = outcome(store.has_extended_api)
+    out["queue_push"] = outcome(lambda: store.queue_push("q", "x"))
+    out["queue_len"] = outcome(lambda: store.queue_len("q"))
+    out["queue_pop"] = outcome(lambda: store.queue_pop("q"))
+    store.set_timeout(datetime.timedelta(milliseconds=300))
+    out["multi_get_missing"] = outcome(lambda: store.multi_get(["m1", "never"]))
+    out["get_missing_class"] = outcome(lambda: store.get("never"))
+    out["wait_missing_class"] = outcome(lambda: store.wait(["never"]))
+    out["wait_given_timeout_class"] = outcome(
+        lambda: store.wait(["never"], datetime.timedelta(milliseconds=200)))
+    out["after_timeouts"] = outcome(lambda: store.add("n", 0))
 
 
 if __name__ == "__main__":
