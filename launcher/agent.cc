@@ -224,12 +224,8 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   standaloneService_ = a.standalone_service();
   localDone_ = false;
   remote_ = Remote::kNone;
-  {
-    ElasticEvent e;
-    e.state = "RENDEZVOUS";
-    e.durationMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count();
-    emit(e);
-  }
+  emitRendezvousEvents(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count());
   if (at_.groupRank == 0 && options_.agentStore) {
     if (auto s = serveWorkerStore(); !s.ok()) {
       std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
@@ -491,7 +487,8 @@ void Agent::killGroup() {
 void Agent::onRoundSettled() {
   graceTimer_.cancel();
   killTimer_.cancel();
-  emitWorkerEvents();
+  // Stopped by a signal, torchelastic's agent records only its own FAILED.
+  if (stopping_ != Stopping::kSignal) emitWorkerEvents();
   if (group_) {
     for (const auto& [file, loss] : group_->logLosses()) lostLogs_[file] = loss;
   }
@@ -686,7 +683,19 @@ void Agent::dropRound() {
 }
 
 void Agent::printFailureReport() const {
-  std::string out = failureReport(options_.program, rootCause_, failures_, net::hostName());
+  // torchrun's @record hands the root cause's error file to whoever set TORCHELASTIC_ERROR_FILE
+  // for it (a scheduler); the workers' own variable is theirs (worker_specs).
+  if (auto dest = env_.find("TORCHELASTIC_ERROR_FILE");
+      rootCause_ && dest != env_.end() && !dest->second.empty()) {
+    if (auto s = handOverErrorFile(*rootCause_, dest->second); !s.ok()) {
+      logger()->error("{}", std::string(s.message()));
+    } else if (!rootCause_->errorFile.empty()) {
+      logger()->info("rank {}'s error file copied to {} (TORCHELASTIC_ERROR_FILE)",
+                     rootCause_->globalRank, dest->second);
+    }
+  }
+  std::string out = failureReport(options_.program, rootCause_, failures_,
+                                  net::canonicalHostName(), options_.torchrun);
   if (!rootCause_ && !hangWhy_.empty()) out = fmt::format("launch: root cause: the job hung: {}\n", hangWhy_) + out;
   std::fwrite(out.data(), 1, out.size(), stderr);
   std::fflush(stderr);
@@ -700,34 +709,57 @@ void Agent::emit(ElasticEvent e) const {
   e.rdzvBackend = options_.rdzvBackend;
   e.agentRestarts = at_.restartCount;
   e.entryPoint = fs::path(command_.empty() ? "" : command_[0]).filename().string();
-  if (!e.groupRank) e.groupRank = at_.groupRank;
-  if (!e.groupWorldSize) e.groupWorldSize = at_.groupWorldSize;
+  if (e.groupKnown && !e.groupRank) e.groupRank = at_.groupRank;
+  if (e.groupKnown && !e.groupWorldSize) e.groupWorldSize = at_.groupWorldSize;
   e.totalRunTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched_).count();
   std::string line = eventLine(e) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }
 
-void Agent::emitWorkerEvents() const {
-  if (options_.eventLogHandler != "console" || !group_) return;
+// torchelastic records RENDEZVOUS and ASSIGN_WORKER_RANKS with the group rank and size the
+// agent held before them: none before its first round.
+void Agent::emitRendezvousEvents(double durationMs) {
+  for (const char* state : {"RENDEZVOUS", "ASSIGN_WORKER_RANKS"}) {
+    ElasticEvent e;
+    e.state = state;
+    e.durationMs = durationMs;
+    durationMs = 0.0;
+    e.groupKnown = shownGroup_.has_value();
+    if (shownGroup_) std::tie(e.groupRank, e.groupWorldSize) = *shownGroup_;
+    emit(e);
+  }
+}
+
+// As torchelastic's agent: START for each worker as it starts (no pid or exit code yet); at the
+// round's end each worker's state with the round's: a worker that exited non-zero (launch's
+// SIGTERM too) is FAILED with its error file's JSON ({"message": "<NONE>"} without one), its
+// exit code and pid; one that exited 0 is SUCCEEDED, or TERMINATED when the round failed.
+void Agent::emitWorkerEvents() {
+  if (!group_) return;
+  shownGroup_ = {at_.groupRank, at_.groupWorldSize};
+  if (options_.eventLogHandler != "console") return;
+  bool roundFailed = false;
+  for (const auto& w : group_->workers()) {
+    if (w->exit && (w->exit->code != 0 || w->exit->signal != 0)) roundFailed = true;
+  }
   for (const auto& w : group_->workers()) {
     ElasticEvent e;
     e.fromWorker = true;
     e.globalRank = w->spec.globalRank;
     e.localRank = w->spec.localRank;
     e.roleWorldSize = at_.worldSize;
-    e.workerPid = w->pid;
-    if (w->exit) {
-      const WorkerExit& x = *w->exit;
-      e.exitCode = x.signal != 0 ? -x.signal : x.code;
-      bool ours = stopping_ != Stopping::kNo && w->spec.localRank != rootLocalRank_ &&
-                  endedByStop(x);
-      e.state = x.code == 0 && x.signal == 0 ? "SUCCEEDED" : ours ? "TERMINATED" : "FAILED";
-      if (e.state == "FAILED") {
-        if (auto text = readFile(w->spec.errorFile, "error file"); text.ok()) e.rawError = *text;
-      }
-    } else {
+    e.workerId = w->pid;
+    if (!w->exit) {
       e.state = "START";
+    } else if (w->exit->code == 0 && w->exit->signal == 0) {
+      e.state = roundFailed ? "TERMINATED" : "SUCCEEDED";
+    } else {
+      const WorkerExit& x = *w->exit;
+      e.state = "FAILED";
+      e.exitCode = x.signal != 0 ? -x.signal : x.code;
+      e.workerPid = w->pid;
+      e.rawError = eventRawError(w->spec.errorFile, *e.exitCode, options_.torchrun);
     }
     emit(e);
   }
@@ -735,9 +767,11 @@ void Agent::emitWorkerEvents() const {
 
 void Agent::finish(int code) {
   if (stopping_ != Stopping::kDone) {
+    // torchelastic's agent SUCCEEDED when it ran the job to its end, its workers' failures
+    // told by their own events; FAILED when it could not (a rendezvous, a signal, a hang).
     ElasticEvent e;
-    e.state = code == 0 ? "SUCCEEDED" : "FAILED";
-    if (code != 0) e.rawError = fmt::format("launch exits with code {}", code);
+    e.state = code == 0 || rootCause_ ? "SUCCEEDED" : "FAILED";
+    if (e.state == "FAILED") e.rawError = fmt::format("launch exits with code {}", code);
     emit(e);
   }
   exitCode_ = code;
@@ -828,10 +862,7 @@ int Agent::run() {
   if (multiNode_) {
     startJoin();
   } else {
-    ElasticEvent e;
-    e.state = "RENDEZVOUS";
-    e.durationMs = 0.0;
-    emit(e);
+    emitRendezvousEvents(0.0);
     auto started = startRound();
     if (!started.ok()) {
       std::fprintf(stderr, "launch: %s\n", std::string(started.message()).c_str());

@@ -114,10 +114,13 @@ class Agent {
   // --event_log_handler=console: one torchelastic event line on stderr.
   void emit(ElasticEvent e) const;
   // Every worker's START (running) or end (SUCCEEDED, FAILED, TERMINATED) event.
-  void emitWorkerEvents() const;
+  void emitWorkerEvents();
+  void emitRendezvousEvents(double durationMs);
 
   LaunchOptions options_;
   std::map<std::string, std::string> env_;
+  // The group rank and size of the last round started, as torchelastic's events show them.
+  std::optional<std::pair<int, int>> shownGroup_;
   std::vector<std::string> command_;
   boost::asio::io_context io_;
   boost::asio::signal_set signals_;

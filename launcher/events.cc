@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <fstream>
+#include <sstream>
+
 namespace muster::launcher {
 
 std::string pythonJson(const nlohmann::ordered_json& v) {
@@ -31,6 +34,24 @@ std::string pythonJson(const nlohmann::ordered_json& v) {
   return v.dump(-1, ' ', true);  // strings ASCII-escaped, as ensure_ascii=True
 }
 
+std::string eventRawError(const std::string& errorFile, int exitCode, const TorchrunVersion& version) {
+  std::ifstream in(errorFile);
+  if (in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+      return pythonJson(nlohmann::ordered_json::parse(text.str()));
+    } catch (const std::exception&) {
+      return text.str();
+    }
+  }
+  nlohmann::ordered_json none = {{"message", "<NONE>"}};
+  if (exitCode > 0 && version.marksSystemTerminatedErrors()) {
+    none["errorTraits"] = {{"category", "system_terminated_error"}, {"retryability", "False"}};
+  }
+  return pythonJson(none);
+}
+
 std::string eventLine(const ElasticEvent& e) {
   using J = nlohmann::ordered_json;
   auto opt = [](const auto& o) { return o ? J(*o) : J(nullptr); };
@@ -50,7 +71,7 @@ std::string eventLine(const ElasticEvent& e) {
   metadata["run_id"] = e.runId;
   metadata["global_rank"] = opt(e.globalRank);
   metadata["group_rank"] = opt(e.groupRank);
-  metadata["worker_id"] = e.workerPid ? J(std::to_string(*e.workerPid)) : J(nullptr);
+  metadata["worker_id"] = e.workerId ? J(std::to_string(*e.workerId)) : J(nullptr);
   metadata["role"] = e.role;
   metadata["hostname"] = e.hostname;
   metadata["state"] = e.state;

@@ -6,14 +6,18 @@
 #include <optional>
 #include <string>
 
+#include "launcher/torchrun_version.h"
+
 namespace muster::launcher {
 
 struct ElasticEvent {
-  std::string state;      // RENDEZVOUS, START, SUCCEEDED, FAILED, TERMINATED
+  std::string state;  // RENDEZVOUS, ASSIGN_WORKER_RANKS, START, SUCCEEDED, FAILED, TERMINATED
   bool fromWorker = false;  // source WORKER, else AGENT
   std::string runId, role, hostname, rdzvBackend;
   std::optional<int> globalRank, groupRank, localRank, groupWorldSize, roleWorldSize, exitCode;
-  std::optional<long> workerPid;
+  bool groupKnown = true;            // false: group rank and size null (before the first round)
+  std::optional<long> workerId;      // the worker's pid, as its id
+  std::optional<long> workerPid;     // the pid of a failed worker (torchelastic's failure.pid)
   int agentRestarts = 0;
   double totalRunTimeS = 0;
   std::optional<double> durationMs;
@@ -25,6 +29,11 @@ struct ElasticEvent {
 // {...}}, with Python's json.dumps separators (", " and ": ") and the inner "metadata" a JSON
 // string, as torchelastic prints them.
 std::string eventLine(const ElasticEvent& event);
+
+// A failed worker's raw_error: json.dumps of its error file; {"message": "<NONE>"} without one,
+// from 2.14 with "errorTraits" calling an exit code (not a signal) a system-terminated error;
+// a file that is not JSON, its text.
+std::string eventRawError(const std::string& errorFile, int exitCode, const TorchrunVersion& version);
 
 // json.dumps(value) as Python writes it by default (ASCII-escaped, ", " and ": ").
 std::string pythonJson(const nlohmann::ordered_json& value);

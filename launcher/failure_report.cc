@@ -10,9 +10,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "launcher/events.h"
 
 namespace muster::launcher {
+namespace {
+// torchrun's traceback for a rank that exited with a code and wrote no error file.
+constexpr char kNoTracebackHint[] =
+    "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+}  // namespace
 
 std::string describeExit(const WorkerExit& e) {
   if (e.signal != 0) return fmt::format("was killed by {}", signalName(e.signal));
@@ -23,25 +30,62 @@ bool endedByStop(const WorkerExit& e) {
   return e.signal == SIGTERM || e.signal == SIGKILL || e.code == 128 + SIGTERM;
 }
 
-std::string readErrorFile(const std::string& path) {
+namespace {
+// What the error file says: the structured form's stack (else its message), each line after
+// the first indented by `indent` when given (torchrun's summary does so); the plain form's
+// message as it is.
+std::string explainErrorFile(const std::string& path, const std::string& indent) {
   std::ifstream in(path);
   if (!in) return "";
   try {
     auto json = nlohmann::json::parse(in);
     const auto& message = json.at("message");
     if (message.is_string()) return message.get<std::string>();
+    std::string text;
     if (message.contains("extraInfo") && message["extraInfo"].contains("py_callstack") &&
         message["extraInfo"]["py_callstack"].is_string()) {
-      return message["extraInfo"]["py_callstack"].get<std::string>();
-    }
-    if (message.contains("message")) {
+      text = message["extraInfo"]["py_callstack"].get<std::string>();
+    } else if (message.contains("message")) {
       const auto& inner = message["message"];
-      return inner.is_string() ? inner.get<std::string>() : inner.dump();
+      text = inner.is_string() ? inner.get<std::string>() : inner.dump();
+    } else {
+      text = message.dump();
     }
-    return message.dump();
+    return indent.empty() ? text : absl::StrReplaceAll(text, {{"\n", "\n" + indent}});
   } catch (const std::exception& e) {
     return fmt::format("(error file is not torchrun's JSON: {})", e.what());
   }
+}
+}  // namespace
+
+std::string readErrorFile(const std::string& path) { return explainErrorFile(path, ""); }
+
+std::string summaryTraceback(const std::string& path) { return explainErrorFile(path, "  "); }
+
+absl::Status handOverErrorFile(const Failure& root, const std::string& dest) {
+  if (root.errorFile.empty()) return absl::OkStatus();
+  std::ifstream in(root.errorFile);
+  nlohmann::ordered_json json;
+  try {
+    json = nlohmann::ordered_json::parse(in);
+  } catch (const std::exception& e) {
+    return absl::FailedPreconditionError(
+        fmt::format("cannot hand {} over to {}: not JSON ({})", root.errorFile, dest, e.what()));
+  }
+  int code = root.exit.signal != 0 ? -root.exit.signal : root.exit.code;
+  if (code != 0 && json.is_object() && json.contains("message") && json["message"].is_object()) {
+    json["message"]["errorCode"] = code;
+  }
+  std::error_code ec;
+  std::filesystem::remove(dest, ec);
+  std::ofstream out(dest, std::ios::trunc);
+  out << pythonJson(json);
+  out.close();
+  if (!out) {
+    return absl::FailedPreconditionError(
+        fmt::format("cannot write the root cause's error file to {} (TORCHELASTIC_ERROR_FILE)", dest));
+  }
+  return absl::OkStatus();
 }
 
 Failure describeFailure(const WorkerState& w) {
@@ -55,13 +99,15 @@ Failure describeFailure(const WorkerState& w) {
   if (!w.spec.errorFile.empty() && std::filesystem::exists(w.spec.errorFile, ec)) {
     f.errorFile = w.spec.errorFile;
     f.errorMessage = readErrorFile(w.spec.errorFile);
+    f.traceback = summaryTraceback(w.spec.errorFile);
   }
   f.lastLines.assign(w.lastErrLines.begin(), w.lastErrLines.end());
   return f;
 }
 
 std::string failureReport(const std::string& program, const std::optional<Failure>& rootCause,
-                          const std::vector<Failure>& others, const std::string& host) {
+                          const std::vector<Failure>& others, const std::string& host,
+                          const TorchrunVersion& version) {
   std::string out;
   if (rootCause) {
     const Failure& f = *rootCause;
@@ -80,21 +126,23 @@ std::string failureReport(const std::string& program, const std::optional<Failur
   }
   std::string rule(60, '='), thin(60, '-');
   auto entry = [&](size_t idx, const Failure& f) {
-    std::string exitText = f.exit.signal != 0
-                               ? fmt::format("-{} ({})", f.exit.signal, signalName(f.exit.signal))
-                               : std::to_string(f.exit.code);
+    // torchrun's words, so that what reads its summary reads this one; launch's own section
+    // above says more (the cause, the last lines of stderr).
+    int code = f.exit.signal != 0 ? -f.exit.signal : f.exit.code;
+    std::string exitText = fmt::format("{} (pid: {})", code, f.pid);
+    if (version.namesSignalInSummary()) {
+      exitText += f.exit.signal != 0 ? fmt::format("  ({})", signalName(f.exit.signal)) : " ";
+    }
     std::string traceback =
-        !f.errorMessage.empty() ? f.errorMessage
-        : f.exit.signal != 0    ? fmt::format("Signal {} ({}) received by PID {}{}", f.exit.signal,
-                                              signalName(f.exit.signal), f.pid,
-                                              f.cause.empty() ? "" : ": " + f.cause)
-        : f.lastLines.empty()   ? std::string("(no error file, no stderr)")
-                                : f.lastLines.back();
+        !f.traceback.empty() ? f.traceback
+        : f.exit.signal != 0 ? fmt::format("Signal {} ({}) received by PID {}", f.exit.signal,
+                                           signalName(f.exit.signal), f.pid)
+                             : std::string(kNoTracebackHint);
     return fmt::format(
         "[{}]:\n  time      : {:%Y-%m-%d_%H:%M:%S}\n  host      : {}\n  rank      : {} "
-        "(local_rank: {})\n  exitcode  : {} (pid: {})\n  error_file: {}\n  traceback : {}\n",
+        "(local_rank: {})\n  exitcode  : {}\n  error_file: {}\n  traceback : {}\n",
         idx, fmt::localtime(std::chrono::system_clock::to_time_t(f.when)), host, f.globalRank,
-        f.localRank, exitText, f.pid, f.errorFile.empty() ? "<N/A>" : f.errorFile, traceback);
+        f.localRank, exitText, f.errorFile.empty() ? "<N/A>" : f.errorFile, traceback);
   };
   out += rule + "\n" + program + " FAILED\n" + thin + "\nFailures:\n";
   if (others.empty()) {

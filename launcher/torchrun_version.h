@@ -7,6 +7,9 @@
 //   - From 2.14: the one-node default (no --master_port, --rdzv_endpoint or --standalone) is
 //     the c10d rendezvous on a free port, as --standalone (pytorch#175699); before, static on
 //     127.0.0.1:29500. And TORCHELASTIC_SIGNALS_TO_HANDLE carries --signals_to_handle.
+//   - From 2.14: the failure summary's exitcode line names the signal after the pid
+//     ("-15 (pid: 7)  (SIGTERM)"; before, "-15 (pid: 7)"), and a worker that exits with a code
+//     and no error file is a "system_terminated_error" in its event's raw_error.
 // A release between the tested ones is followed as the tested one below it (2.10 as 2.6), but
 // for the NCCL name, whose release is known.
 #pragma once
@@ -33,6 +36,8 @@ struct TorchrunVersion {
   }
   bool oneNodeDefaultIsStandalone() const { return atLeast(2, 14); }
   bool exportsSignalsToHandle() const { return atLeast(2, 14); }
+  bool namesSignalInSummary() const { return atLeast(2, 14); }
+  bool marksSystemTerminatedErrors() const { return atLeast(2, 14); }
 };
 
 }  // namespace muster::launcher

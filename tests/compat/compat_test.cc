@@ -41,7 +41,7 @@ struct Torch {
   std::string python;                          // PYTHON_EXEC for the ranks
   std::vector<std::string> torchrun, legacy;   // its torchrun, its torch.distributed.launch
   std::string version;                         // torch.__version__
-  bool before2_14 = true;                      // launch is told the version (its default: 2.14)
+  std::vector<std::string> launchFlags;        // what launch needs to follow that torchrun
   bool major1 = true;
 };
 
@@ -56,9 +56,12 @@ const Torch& torch() {
     t.torchrun = words(env("MUSTER_TEST_TORCHRUN", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py")));
     t.legacy = words(env("MUSTER_TEST_LEGACY", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py") + " --legacy"));
     t.version = env("MUSTER_TEST_TORCH", "1.13");
-    int major = 0, minor = 0;
-    std::sscanf(t.version.c_str(), "%d.%d", &major, &minor);
-    t.before2_14 = major < 2 || (major == 2 && minor < 14);
+    // with_torch.sh says it (--torchrun_version for a torch older than launch's default); run
+    // alone, the test's torch is the host's 1.13.
+    const char* flags = std::getenv("MUSTER_TEST_LAUNCH_FLAGS");
+    t.launchFlags = words(flags != nullptr ? flags : "--torchrun_version=" + t.version);
+    int major = 0;
+    std::sscanf(t.version.c_str(), "%d", &major);
     t.major1 = major < 2;
     return t;
   }();
@@ -75,7 +78,7 @@ std::vector<std::string> torchrun(std::vector<std::string> args, bool legacy = f
 // launch, told which torchrun to follow, with these arguments.
 std::vector<std::string> launch(std::vector<std::string> args) {
   std::vector<std::string> argv{buildDir() + "/launcher/launch"};
-  if (torch().before2_14) argv.push_back("--torchrun_version=" + torch().version);
+  argv.insert(argv.end(), torch().launchFlags.begin(), torch().launchFlags.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }

@@ -15,25 +15,23 @@ What may differ, and how it is checked instead:
   MUSTER_*               launch's own (worker library, stacks, store): only under launch
   PYTHON_EXEC            given to launch only (it names the Python with this torch)
 
-launch gets --torchrun_version=<torch.__version__> for a torch older than its default (2.14).
+launch gets MUSTER_TEST_LAUNCH_FLAGS (--torchrun_version for a torch older than its default).
 Differences launch keeps on purpose are printed as "kept:" with the reason (KEPT).
 """
 import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from parity_support import PY, MAJOR_MINOR, free_port, launch_argv, run_cases  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DUMP = os.path.join(HERE, "env_dump.py")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-PY = os.environ["MUSTER_TEST_PYTHON"]
-VERSION = os.environ["MUSTER_TEST_TORCH"]
-MAJOR_MINOR = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", VERSION).groups())
 
 
 # Differences launch keeps on purpose: (variable, applies to this torch, why).
@@ -44,14 +42,6 @@ KEPT = [
      "under torchrun 1.13 rank 0's worker hosts it, and a rank 0 that finishes first takes it "
      "away from the others"),
 ]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def case(name, flags, env=None, program=None, since=(1, 13), until=None, ranks=2, legacy=None):
@@ -144,9 +134,7 @@ def one_side(c, who, launch, work):
         argv = ref.split() + flags + program
     else:
         env["PYTHON_EXEC"] = PY
-        argv = [launch] + flags + program
-        if MAJOR_MINOR < (2, 14):
-            argv.insert(1, "--torchrun_version=" + VERSION)
+        argv = launch_argv(launch, flags + program)
         if c["legacy"]:
             argv.insert(1, "--legacy_launch=" + ("1.13" if MAJOR_MINOR < (2, 0) else "2"))
     run(argv, env, who)
@@ -211,35 +199,7 @@ def compare(c, theirs, ours):
 
 
 def main():
-    launch = sys.argv[1]
-    wanted = set(sys.argv[2:])
-    failed = 0
-    for c in CASES:
-        if wanted and c["name"] not in wanted:
-            continue
-        if MAJOR_MINOR < c["since"]:
-            print(f"{c['name']}: not in torchrun {VERSION}")
-            continue
-        with tempfile.TemporaryDirectory(prefix="muster-env-") as work:
-            try:
-                theirs = one_side(c, "torch", launch, work)
-                ours = one_side(c, "launch", launch, work)
-            except Exception as e:  # one case's failure is reported, the others still run
-                print(f"FAIL {c['name']}: {e}")
-                failed += 1
-                continue
-            diffs, kept = compare(c, theirs, ours)
-        if diffs:
-            failed += 1
-            print(f"FAIL {c['name']}: launch and torchrun {VERSION} differ")
-            for d in diffs:
-                print("   ", d)
-        else:
-            print(f"ok {c['name']}: the same under launch and torchrun {VERSION}")
-        for k in sorted(kept):
-            print(f"    kept: {k}")
-    print(f"torch {VERSION}: {failed} case(s) differ" if failed else f"torch {VERSION}: every case the same")
-    return 1 if failed else 0
+    return run_cases(CASES, one_side, compare, "muster-env-")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 #   MUSTER_TEST_TORCHRUN  that torch's own torchrun, as a command line (split on spaces)
 #   MUSTER_TEST_LEGACY    its python -m torch.distributed.launch, the same way
 #   MUSTER_TEST_TORCH     its version (torch.__version__)
+#   MUSTER_TEST_LAUNCH_FLAGS  what launch is given to follow that torchrun: --torchrun_version
+#                         for a torch older than launch's default (2.14), else nothing
 #   MUSTER_ROOT_BINDS     the folders a root sees (the source and build trees, /tmp is always)
 # Usage: with_torch.sh BUILD SOURCE host|trixie|sid CMD [ARG...]. Exit 77 (skipped) when the
 # root cannot be made here (not root, no mmdebstrap).
@@ -26,8 +28,10 @@ else
   [ $rc -eq 0 ] || exit $rc
   # The wrapper lives in the build tree, which the root sees at the same path.
   wrap=$build/torch-roots/$suite-python
-  if [ ! -x "$wrap" ] || ! grep -qF "$root" "$wrap"; then
-    printf '#!/bin/sh\nexec "%s" "%s" python3 "$@"\n' "$here/torch2/in_root.sh" "$root" >"$wrap.new"
+  # The root's python3 by its full name, as torchrun's sys.executable names it to the ranks.
+  want=$(printf '#!/bin/sh\nexec "%s" "%s" /usr/bin/python3 "$@"' "$here/torch2/in_root.sh" "$root")
+  if [ ! -x "$wrap" ] || [ "$(cat "$wrap")" != "$want" ]; then
+    printf '%s\n' "$want" >"$wrap.new"
     chmod +x "$wrap.new"
     mv "$wrap.new" "$wrap"
   fi
@@ -38,4 +42,9 @@ else
 fi
 MUSTER_TEST_TORCH=$("$MUSTER_TEST_PYTHON" -c 'import torch; print(torch.__version__)')
 export MUSTER_TEST_TORCH
+MUSTER_TEST_LAUNCH_FLAGS=
+if [ "$(printf '%s\n' "$MUSTER_TEST_TORCH" 2.14 | sort -V | head -n1)" != 2.14 ]; then
+  MUSTER_TEST_LAUNCH_FLAGS=--torchrun_version=$MUSTER_TEST_TORCH
+fi
+export MUSTER_TEST_LAUNCH_FLAGS
 exec "$@"

@@ -228,7 +228,9 @@ TEST_F(LaunchTest, SignalDeathIsReportedByName) {
   EXPECT_EQ(exit->code, 1);
   EXPECT_NE(c.stderrText().find("rank 0 (local_rank 0, pid"), std::string::npos);
   EXPECT_NE(c.stderrText().find("was killed by SIGSEGV"), std::string::npos) << c.stderrText();
-  EXPECT_NE(c.stderrText().find("exitcode  : -11 (SIGSEGV)"), std::string::npos);
+  // torchrun 2.14's summary line: the signal after the pid.
+  EXPECT_TRUE(std::regex_search(c.stderrText(), std::regex(R"(exitcode  : -11 \(pid: \d+\)  \(SIGSEGV\))")))
+      << c.stderrText();
 }
 
 TEST_F(LaunchTest, TorchrunErrorFileIsShownInTheReport) {
@@ -354,9 +356,12 @@ TEST_F(LaunchTest, VirtualLocalRankNarrowsEachWorkerToItsDevice) {
   EXPECT_EQ(envOf("env_1")["CUDA_VISIBLE_DEVICES"], "1");
 }
 
-// --event-log-handler=console: torchelastic's event lines, one JSON object each.
+// --event-log-handler=console: torchelastic's event lines, one JSON object each, as torchrun
+// 2.14 prints them (tests/compat/output_parity.py compares them with it line by line).
 TEST_F(LaunchTest, ConsoleEventLogPrintsTorchelasticEvents) {
-  auto events = [](const std::string& err) {
+  // The exit code each failed rank's event must carry.
+  std::map<int, int> wantExit;
+  auto events = [&wantExit](const std::string& err) {
     std::map<std::string, int> seen;
     std::istringstream lines(err);
     for (std::string line; std::getline(lines, line);) {
@@ -366,29 +371,57 @@ TEST_F(LaunchTest, ConsoleEventLogPrintsTorchelasticEvents) {
       ++seen[key];
       EXPECT_EQ(event["timestamp"], 0);
       EXPECT_TRUE(event["metadata"]["metadata"].is_string()) << "torchelastic nests it as a string";
+      auto inner = nlohmann::json::parse(event["metadata"]["metadata"].get<std::string>());
+      if (key == "AGENT RENDEZVOUS" || key == "AGENT ASSIGN_WORKER_RANKS") {
+        EXPECT_TRUE(event["metadata"]["group_rank"].is_null()) << "none before the first round";
+        EXPECT_TRUE(event["metadata"]["duration_ms"].is_number());
+      }
+      if (key == "WORKER START") {
+        EXPECT_EQ(inner["worker_pid"], nlohmann::json::array({nullptr})) << line;
+        EXPECT_TRUE(event["metadata"]["worker_id"].is_string()) << line;
+      }
       if (key == "WORKER FAILED") {
-        EXPECT_EQ(event["metadata"]["global_rank"], 1);
-        auto inner = nlohmann::json::parse(event["metadata"]["metadata"].get<std::string>());
-        EXPECT_EQ(inner["exit_code"], nlohmann::json::array({4}));
+        // Rank 1's own exit, and rank 0's SIGTERM from launch: both failures to torchelastic.
+        int rank = event["metadata"]["global_rank"];
+        EXPECT_EQ(inner["exit_code"], nlohmann::json::array({wantExit.at(rank)})) << line;
+        EXPECT_EQ(nlohmann::json::parse(event["metadata"]["raw_error"].get<std::string>())["message"],
+                  "<NONE>");
       }
     }
     return seen;
   };
   // Rank 1 fails; rank 0, still running, is stopped by launch.
+  wantExit = {{1, 4}, {0, -SIGTERM}};
   Child c(launch({"--nproc_per_node=2", "--event-log-handler=console",
                   script("ev.sh", "[ \"$RANK\" = 1 ] && exit 4\nsleep 30 & wait\n")}));
   ASSERT_EQ(c.wait(kRun)->code, 1);
   auto seen = events(c.stderrText());
   EXPECT_EQ(seen["AGENT RENDEZVOUS"], 1);
+  EXPECT_EQ(seen["AGENT ASSIGN_WORKER_RANKS"], 1);
   EXPECT_EQ(seen["WORKER START"], 2);
-  EXPECT_EQ(seen["WORKER FAILED"], 1);
-  EXPECT_EQ(seen["WORKER TERMINATED"], 1);
-  EXPECT_EQ(seen["AGENT FAILED"], 1);
+  EXPECT_EQ(seen["WORKER FAILED"], 2);
+  EXPECT_EQ(seen["AGENT SUCCEEDED"], 1) << "the agent ran the job to its end";
   Child ok(launch({"--nproc_per_node=2", "--event-log-handler=console", script("ok.sh", "exit 0\n")}));
   ASSERT_EQ(ok.wait(kRun)->code, 0);
   seen = events(ok.stderrText());
   EXPECT_EQ(seen["WORKER SUCCEEDED"], 2);
   EXPECT_EQ(seen["AGENT SUCCEEDED"], 1);
+  // A rank that finished before another failed was TERMINATED.
+  wantExit = {{0, 5}};
+  Child early(launch({"--nproc_per_node=2", "--event-log-handler=console",
+                      script("early.sh", "[ \"$RANK\" = 1 ] && exit 0\nsleep 1; exit 5\n")}));
+  ASSERT_EQ(early.wait(kRun)->code, 1);
+  seen = events(early.stderrText());
+  EXPECT_EQ(seen["WORKER TERMINATED"], 1) << early.stderrText();
+  // An agent stopped by a signal FAILED, and says nothing of its workers' ends.
+  Child stopped(launch({"--nproc_per_node=2", "--event-log-handler=console",
+                        script("stop.sh", "sleep 30 & wait\n")}));
+  ASSERT_TRUE(stopped.waitForLine("started 2 workers", kRun));
+  stopped.kill(SIGTERM);
+  ASSERT_NE(stopped.wait(kRun)->code, 0);
+  seen = events(stopped.stderrText());
+  EXPECT_EQ(seen["AGENT FAILED"], 1) << stopped.stderrText();
+  EXPECT_EQ(seen["WORKER FAILED"] + seen["WORKER TERMINATED"] + seen["WORKER SUCCEEDED"], 0);
 }
 
 // --duplicate-stdout-filters and the line prefix template (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE).

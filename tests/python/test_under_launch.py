@@ -1,11 +1,11 @@
-"""`import muster` in real Python processes under launch (Debian's python3 and torch 1.13):
+"""`import muster` in real Python processes under launch (Debian's python3 and torch 1.13, or
+under tests/compat/with_torch.sh a Debian root's torch 2.6 or 2.14 on Python 3.13 or 3.14):
 every operation on 2 and 4 ranks, C++ and Python ranks of one job both ways, 1 GiB, a sender
 killed mid-write, a directory that is not shared, progress() against --hang_timeout, the
 job's store across rounds, and the decoding example on 1, 2 and 4 ranks.
 
 MUSTER_BUILD_DIR names the build (launch, channel_tool, worker); PYTHONPATH holds python/."""
 
-import datetime
 import os
 import shutil
 import signal
@@ -16,15 +16,15 @@ import tempfile
 import time
 import unittest
 
-import torch.distributed as dist
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.environ.get("MUSTER_BUILD_DIR", os.path.join(SOURCE, "build"))
 LAUNCH = os.path.join(BUILD, "launcher", "launch")
 TOOL = os.path.join(BUILD, "tests", "integration", "channel_tool")
 WORKER = os.path.join(BUILD, "worker", "worker")
-PY = "/usr/bin/python3"
+# The ranks' Python: the host's, or under tests/compat/with_torch.sh a Debian root's (torch 2.6 on
+# Python 3.13, 2.14 on 3.14).
+PY = os.environ.get("MUSTER_TEST_PYTHON", "/usr/bin/python3")
 SCRIPT = os.path.join(HERE, "channel_worker.py")
 RUN = 300  # seconds a job may take on a loaded 2-core machine
 
@@ -111,10 +111,16 @@ class UnderLaunch(unittest.TestCase):
         # outlives the sender and says what it saw. The receiver starts once the sender is
         # dead, finds the transfer begun (streamed: 1 GiB on one node), follows the file and
         # waits for the rest.
-        master = dist.TCPStore("127.0.0.1", 0, None, True, datetime.timedelta(seconds=120),
-                               False)
+        # The ranks' own torch serves it: a torch 2.x client does not speak to 1.13's server.
+        master = subprocess.Popen(
+            [PY, "-c", "import datetime, sys, torch.distributed as d\n"
+             "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=120), False)\n"
+             "print(s.port, flush=True)\nsys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=python_env())
+        self.addCleanup(master.communicate, timeout=RUN)
+        port = int(master.stdout.readline())
         common = dict(WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(master.port), TORCHELASTIC_USE_AGENT_STORE="True",
+                      MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True",
                       MUSTER_SHARED_DIR=self.dir, MUSTER_JOB_ID="k", MUSTER_ROUND="0")
         rank = lambda r, *mode, **more: subprocess.Popen(
             [PY, SCRIPT, *mode], env=python_env(RANK=str(r), LOCAL_RANK=str(r), **common,
@@ -124,10 +130,18 @@ class UnderLaunch(unittest.TestCase):
         probe = rank(0, "recv", MUSTER_TEST_TIMEOUT="600")
         sender = rank(1, "send", "1024")
         round_dir = os.path.join(self.dir, "k", "0")
-        # Killed once its first 64 MiB segment is announced: mid-stream, 1 GiB taking far
+        # Killed once its first 64 MiB segment is written: mid-stream, 1 GiB taking far
         # longer to write than the kill takes to land.
-        master.wait(["/worker/attempt_0/muster/chan/part/p2p.1.0.0.0/0"],
-                    datetime.timedelta(seconds=RUN))
+        def written():
+            try:
+                return max(os.path.getsize(os.path.join(round_dir, n))
+                           for n in os.listdir(round_dir)
+                           if n.startswith(".p2p.1.0.0.0.") and n.endswith(".tmp"))
+            except (OSError, ValueError):  # not there yet
+                return 0
+        deadline = time.monotonic() + RUN
+        while time.monotonic() < deadline and written() <= 64 << 20:
+            time.sleep(0.05)
         sender.send_signal(signal.SIGKILL)
         _, sender_err = sender.communicate(timeout=RUN)
         probe.kill()

@@ -2,15 +2,15 @@
 # A DDP step on Gloo under one torch, run by that torch's own torchrun and by launch side by
 # side (under with_torch.sh: the ranks are that torch's Python, with its TCPStore client on
 # launch's front). The parameters after the step must be the same to the bit, the all-reduce
-# right, and every torchrun variable the ranks see the same (launch told the torch's version
-# when it is older than launch's default, 2.14). Usage: with_torch.sh ... ddp_test.sh BUILD SOURCE
+# right, and every torchrun variable the ranks see the same (launch given
+# MUSTER_TEST_LAUNCH_FLAGS to follow that torchrun). Usage: with_torch.sh ... ddp_test.sh BUILD SOURCE
 set -euo pipefail
 build=$(cd "$1" && pwd)
 source=$(cd "$2" && pwd)
 version=$MUSTER_TEST_TORCH
 work=$(mktemp -d /tmp/muster-torch2-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { /usr/bin/python3 -c "import sys; sys.path.insert(0, '$source/tests/compat'); import parity_support as p; print(p.free_port())"; }
 unset OMP_NUM_THREADS
 mkdir "$work/torch" "$work/muster"
 tp=$(free_port)
@@ -19,10 +19,8 @@ $MUSTER_TEST_TORCHRUN --nproc_per_node=2 --master_port="$tp" \
   "$source/tests/compat/ddp_step.py" "$work/torch" >"$work/torchrun.log" 2>&1 \
   || { cat "$work/torchrun.log"; echo "FAIL: torchrun $version failed"; exit 1; }
 mp=$(free_port)
-older=$(/usr/bin/python3 -c 'import re, sys; m = re.match(r"(\d+)\.(\d+)", sys.argv[1]); print(int((int(m[1]), int(m[2])) < (2, 14)))' "$version")
-flags=()
-[ "$older" = 1 ] && flags+=("--torchrun_version=$version")
-PYTHON_EXEC=$MUSTER_TEST_PYTHON "$build/launcher/launch" "${flags[@]}" --nproc_per_node=2 \
+# shellcheck disable=SC2086  # MUSTER_TEST_LAUNCH_FLAGS: words
+PYTHON_EXEC=$MUSTER_TEST_PYTHON "$build/launcher/launch" $MUSTER_TEST_LAUNCH_FLAGS --nproc_per_node=2 \
   --master_port="$mp" "$source/tests/compat/ddp_step.py" "$work/muster" >"$work/launch.log" 2>&1 \
   || { cat "$work/launch.log"; echo "FAIL: launch with torch $version ranks failed"; exit 1; }
 /usr/bin/python3 - "$work" "$tp" "$mp" "$version" <<'PY'

@@ -1,0 +1,67 @@
+"""What the parity scripts share, read from with_torch.sh's variables: the torch under test
+(MUSTER_TEST_PYTHON, MUSTER_TEST_TORCH), the flags launch needs to follow its torchrun
+(MUSTER_TEST_LAUNCH_FLAGS) and a free port."""
+import os
+import re
+import socket
+import sys
+import tempfile
+
+PY = os.environ["MUSTER_TEST_PYTHON"]
+VERSION = os.environ["MUSTER_TEST_TORCH"]
+MAJOR_MINOR = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", VERSION).groups())
+LAUNCH_FLAGS = os.environ.get("MUSTER_TEST_LAUNCH_FLAGS", "").split()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def launch_argv(launch, args):
+    """launch, told which torchrun to follow, with these arguments."""
+    return [launch] + LAUNCH_FLAGS + list(args)
+
+
+def run_cases(cases, one_side, compare, prefix, show=None):
+    """Runs each case (dict with "name" and "since") the torch has: one_side(case, "torch" or
+    "launch", LAUNCH, WORK) for each side in a fresh folder, then compare(case, theirs, ours)
+    -> (differences, kept). Prints one line per case, the differences and what is kept;
+    show(side) adds what a failing case printed when PARITY_VERBOSE is set. argv: LAUNCH
+    [CASE...]. Returns the exit code: 1 when any case differs."""
+    launch = os.path.abspath(sys.argv[1])
+    wanted = set(sys.argv[2:])
+    failed = 0
+    for c in cases:
+        if wanted and c["name"] not in wanted:
+            continue
+        if MAJOR_MINOR < c["since"]:
+            print(f"{c['name']}: not in torchrun {VERSION}")
+            continue
+        with tempfile.TemporaryDirectory(prefix=prefix) as work:
+            try:
+                theirs = one_side(c, "torch", launch, work)
+                ours = one_side(c, "launch", launch, work)
+            except Exception as e:  # one case's failure is reported, the others still run
+                print(f"FAIL {c['name']}: {e}")
+                failed += 1
+                continue
+            diffs, kept = compare(c, theirs, ours)
+            if diffs and show and os.environ.get("PARITY_VERBOSE"):
+                for who, side in (("torchrun", theirs), ("launch", ours)):
+                    print(f"--- {who}:\n{show(side)}")
+        if diffs:
+            failed += 1
+            print(f"FAIL {c['name']}: launch and torchrun {VERSION} differ")
+            for d in diffs:
+                print("   ", d)
+        else:
+            print(f"ok {c['name']}: the same under launch and torchrun {VERSION}")
+        for k in sorted(kept):
+            print(f"    kept: {k}")
+    print(f"torch {VERSION}: {failed} case(s) differ" if failed
+          else f"torch {VERSION}: every case the same")
+    return 1 if failed else 0
