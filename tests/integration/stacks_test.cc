@@ -164,7 +164,7 @@ TEST_F(Stacks, ARollCallOnDemandLeavesTheJobRunning) {
   // The job goes on and succeeds.
   std::ofstream(go) << "";
   auto exit = c.wait(kRun);
-  ASSERT_TRUE(exit.has_value());
+  ASSERT_TRUE(exit.has_value()) << c.stdoutText() << c.stderrText();
   EXPECT_EQ(exit->code, 0) << c.stderrText();
 }
 
