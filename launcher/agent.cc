@@ -757,7 +757,7 @@ void Agent::emitWorkerEvents() {
     } else {
       const WorkerExit& x = *w->exit;
       e.state = "FAILED";
-      e.exitCode = x.signal != 0 ? -x.signal : x.code;
+      e.exitCode = x.torchrunCode();
       e.workerPid = w->pid;
       e.rawError = eventRawError(w->spec.errorFile, *e.exitCode, options_.torchrun);
     }

@@ -3,8 +3,7 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
+#include "common/files.h"
 
 namespace muster::launcher {
 
@@ -35,14 +34,11 @@ std::string pythonJson(const nlohmann::ordered_json& v) {
 }
 
 std::string eventRawError(const std::string& errorFile, int exitCode, const TorchrunVersion& version) {
-  std::ifstream in(errorFile);
-  if (in) {
-    std::stringstream text;
-    text << in.rdbuf();
+  if (auto text = readFile(errorFile, "error file"); text.ok()) {
     try {
-      return pythonJson(nlohmann::ordered_json::parse(text.str()));
+      return pythonJson(nlohmann::ordered_json::parse(*text));
     } catch (const std::exception&) {
-      return text.str();
+      return *text;
     }
   }
   nlohmann::ordered_json none = {{"message", "<NONE>"}};

@@ -31,36 +31,45 @@ bool endedByStop(const WorkerExit& e) {
 }
 
 namespace {
-// What the error file says: the structured form's stack (else its message), each line after
-// the first indented by `indent` when given (torchrun's summary does so); the plain form's
-// message as it is.
-std::string explainErrorFile(const std::string& path, const std::string& indent) {
+// What the error file says: the structured form's stack (else its message), or the plain
+// form's message; `structured` tells which.
+struct ErrorFileText {
+  std::string text;
+  bool structured = false;
+};
+
+ErrorFileText explainErrorFile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return "";
+  if (!in) return {};
   try {
     auto json = nlohmann::json::parse(in);
     const auto& message = json.at("message");
-    if (message.is_string()) return message.get<std::string>();
-    std::string text;
+    if (message.is_string()) return {message.get<std::string>()};
     if (message.contains("extraInfo") && message["extraInfo"].contains("py_callstack") &&
         message["extraInfo"]["py_callstack"].is_string()) {
-      text = message["extraInfo"]["py_callstack"].get<std::string>();
-    } else if (message.contains("message")) {
-      const auto& inner = message["message"];
-      text = inner.is_string() ? inner.get<std::string>() : inner.dump();
-    } else {
-      text = message.dump();
+      return {message["extraInfo"]["py_callstack"].get<std::string>(), true};
     }
-    return indent.empty() ? text : absl::StrReplaceAll(text, {{"\n", "\n" + indent}});
+    if (message.contains("message")) {
+      const auto& inner = message["message"];
+      return {inner.is_string() ? inner.get<std::string>() : inner.dump(), true};
+    }
+    return {message.dump(), true};
   } catch (const std::exception& e) {
-    return fmt::format("(error file is not torchrun's JSON: {})", e.what());
+    return {fmt::format("(error file is not torchrun's JSON: {})", e.what())};
   }
+}
+
+// torchrun's summary indents a structured file's lines after the first by two spaces.
+std::string asSummaryTraceback(const ErrorFileText& e) {
+  return e.structured ? absl::StrReplaceAll(e.text, {{"\n", "\n  "}}) : e.text;
 }
 }  // namespace
 
-std::string readErrorFile(const std::string& path) { return explainErrorFile(path, ""); }
+std::string readErrorFile(const std::string& path) { return explainErrorFile(path).text; }
 
-std::string summaryTraceback(const std::string& path) { return explainErrorFile(path, "  "); }
+std::string summaryTraceback(const std::string& path) {
+  return asSummaryTraceback(explainErrorFile(path));
+}
 
 absl::Status handOverErrorFile(const Failure& root, const std::string& dest) {
   if (root.errorFile.empty()) return absl::OkStatus();
@@ -72,7 +81,7 @@ absl::Status handOverErrorFile(const Failure& root, const std::string& dest) {
     return absl::FailedPreconditionError(
         fmt::format("cannot hand {} over to {}: not JSON ({})", root.errorFile, dest, e.what()));
   }
-  int code = root.exit.signal != 0 ? -root.exit.signal : root.exit.code;
+  int code = root.exit.torchrunCode();
   if (code != 0 && json.is_object() && json.contains("message") && json["message"].is_object()) {
     json["message"]["errorCode"] = code;
   }
@@ -98,8 +107,9 @@ Failure describeFailure(const WorkerState& w) {
   std::error_code ec;
   if (!w.spec.errorFile.empty() && std::filesystem::exists(w.spec.errorFile, ec)) {
     f.errorFile = w.spec.errorFile;
-    f.errorMessage = readErrorFile(w.spec.errorFile);
-    f.traceback = summaryTraceback(w.spec.errorFile);
+    ErrorFileText said = explainErrorFile(w.spec.errorFile);  // read once, for both
+    f.errorMessage = said.text;
+    f.traceback = asSummaryTraceback(said);
   }
   f.lastLines.assign(w.lastErrLines.begin(), w.lastErrLines.end());
   return f;
@@ -128,8 +138,7 @@ std::string failureReport(const std::string& program, const std::optional<Failur
   auto entry = [&](size_t idx, const Failure& f) {
     // torchrun's words, so that what reads its summary reads this one; launch's own section
     // above says more (the cause, the last lines of stderr).
-    int code = f.exit.signal != 0 ? -f.exit.signal : f.exit.code;
-    std::string exitText = fmt::format("{} (pid: {})", code, f.pid);
+    std::string exitText = fmt::format("{} (pid: {})", f.exit.torchrunCode(), f.pid);
     if (version.namesSignalInSummary()) {
       exitText += f.exit.signal != 0 ? fmt::format("  ({})", signalName(f.exit.signal)) : " ";
     }

@@ -47,6 +47,8 @@ struct WorkerExit {
   int code = -1;    // exit code, or -1 when a signal ended it
   int signal = 0;   // the signal, or 0
   std::chrono::steady_clock::time_point at;
+  // As torchrun writes an exit: the code, or minus the signal.
+  int torchrunCode() const { return signal != 0 ? -signal : code; }
 };
 
 // A worker as the group sees it.

@@ -7,14 +7,13 @@
 #include <sys/socket.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "tests/support/child.h"
+#include "tests/support/torch_under_test.h"
 
 namespace muster {
 namespace {
@@ -29,50 +28,10 @@ constexpr std::chrono::milliseconds kRun{120000};
 
 std::string source(const std::string& rel) { return (fs::path(testing::sourceDir()) / rel).string(); }
 
-std::vector<std::string> words(const std::string& line) {
-  std::vector<std::string> out;
-  std::istringstream in(line);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
+const testing::TorchUnderTest& torch() { return testing::torchUnderTest(); }
 
-// The torch these tests compare launch with.
-struct Torch {
-  std::string python;                          // PYTHON_EXEC for the ranks
-  std::vector<std::string> torchrun, legacy;   // its torchrun, its torch.distributed.launch
-  std::string version;                         // torch.__version__
-  std::vector<std::string> launchFlags;        // what launch needs to follow that torchrun
-  bool major1 = true;
-};
-
-const Torch& torch() {
-  static const Torch t = [] {
-    Torch t;
-    auto env = [](const char* name, const std::string& otherwise) {
-      const char* v = std::getenv(name);
-      return v != nullptr && *v != '\0' ? std::string(v) : otherwise;
-    };
-    t.python = env("MUSTER_TEST_PYTHON", "/usr/bin/python3");
-    t.torchrun = words(env("MUSTER_TEST_TORCHRUN", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py")));
-    t.legacy = words(env("MUSTER_TEST_LEGACY", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py") + " --legacy"));
-    t.version = env("MUSTER_TEST_TORCH", "1.13");
-    // with_torch.sh says it (--torchrun_version for a torch older than launch's default); run
-    // alone, the test's torch is the host's 1.13.
-    const char* flags = std::getenv("MUSTER_TEST_LAUNCH_FLAGS");
-    t.launchFlags = words(flags != nullptr ? flags : "--torchrun_version=" + t.version);
-    int major = 0;
-    std::sscanf(t.version.c_str(), "%d", &major);
-    t.major1 = major < 2;
-    return t;
-  }();
-  return t;
-}
-
-// torch's torchrun (legacy: torch.distributed.launch) with these arguments.
 std::vector<std::string> torchrun(std::vector<std::string> args, bool legacy = false) {
-  std::vector<std::string> argv = legacy ? torch().legacy : torch().torchrun;
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
+  return testing::torchrunArgv(std::move(args), legacy);
 }
 
 // launch, told which torchrun to follow, with these arguments.

@@ -12,8 +12,9 @@ work=$(mktemp -d /tmp/muster-tcpstore-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 TCPSTORE_OPS_OUT=$work/torch.json "$MUSTER_TEST_PYTHON" "$ops" ref \
   || { echo "FAIL: torch $MUSTER_TEST_TORCH against its own server"; exit 1; }
+# shellcheck disable=SC2086  # MUSTER_TEST_LAUNCH_FLAGS: words
 TCPSTORE_OPS_OUT=$work/launch.json PYTHON_EXEC=$MUSTER_TEST_PYTHON "$build/launcher/launch" \
-  --nproc_per_node=1 --master_port=0 "$ops" env >"$work/launch.log" 2>&1 \
+  $MUSTER_TEST_LAUNCH_FLAGS --nproc_per_node=1 --master_port=0 "$ops" env >"$work/launch.log" 2>&1 \
   || { cat "$work/launch.log"; echo "FAIL: torch $MUSTER_TEST_TORCH's client under launch"; exit 1; }
 /usr/bin/python3 - "$work" "$MUSTER_TEST_TORCH" <<'PY'
 import json, sys

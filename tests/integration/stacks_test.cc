@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <thread>
 
 #include "tests/support/child.h"
 #include "tests/support/netns.h"
+#include "tests/support/torch_under_test.h"
 
 namespace muster {
 namespace {
@@ -26,13 +26,9 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kRun{120000};
 
-std::string env(const char* name, const std::string& otherwise) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string(v) : otherwise;
-}
 // The ranks' Python and its torchrun: the host's (Debian's PyTorch 1.13), or under
 // tests/compat/with_torch.sh a Debian root's (torch 2.6 on Python 3.13, 2.14 on 3.14).
-const std::string kPython = env("MUSTER_TEST_PYTHON", "/usr/bin/python3");
+const std::string kPython = testing::torchUnderTest().python;
 
 std::string launchPath() { return buildDir() + "/launcher/launch"; }
 std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
@@ -42,13 +38,7 @@ std::string hangScript() { return source("tests/integration/stacks/hang.py"); }
 
 bool haveTorch() { return std::system((kPython + " -c 'import torch.distributed' 2>/dev/null").c_str()) == 0; }
 
-std::vector<std::string> torchrun(std::vector<std::string> args) {
-  std::vector<std::string> argv;
-  std::istringstream words(env("MUSTER_TEST_TORCHRUN", "/usr/bin/python3 " + source("tests/compat/torchrun_py311.py")));
-  for (std::string w; words >> w;) argv.push_back(w);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
+std::vector<std::string> torchrun(std::vector<std::string> args) { return testing::torchrunArgv(std::move(args)); }
 
 // The pids the ranks print ("rank R pid P ready"), by rank.
 std::map<int, pid_t> readyRanks(Child& c, int n, milliseconds timeout) {
