@@ -5,7 +5,9 @@ OUTPUT_END says for the rank named by OUTPUT_RANK (the others finish after OUTPU
   exit      sys.exit(3), no @record (no error file)
   segv      SIGSEGV from within (torchelastic's fault handler on)
   timer     a FileTimerClient timer of 1 s around a 60 s sleep (torchrun kills the rank)
-Its one argument is a tag the test finds left workers by.
+Its one argument is a tag the test finds left workers by; each rank, once its lines are out,
+makes the file TAG.linesRANK, and the chosen rank ends only when every rank has (under load a
+rank's start can lag the others' by seconds).
 """
 import os
 import signal
@@ -17,6 +19,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 RANK = int(os.environ["RANK"])
 END = os.environ.get("OUTPUT_END", "ok")
 CHOSEN = os.environ.get("OUTPUT_RANK", "1") == str(RANK)
+TAG = sys.argv[1]
 
 
 def lines():
@@ -26,13 +29,23 @@ def lines():
     # A last line without its newline.
     sys.stdout.write(f"LINE out rank={RANK} tail")
     sys.stdout.flush()
+    open(f"{TAG}.lines{RANK}", "w").close()
+
+
+def others_wrote_their_lines():
+    world = int(os.environ["WORLD_SIZE"])
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(f"{TAG}.lines{r}") for r in range(world)):
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {RANK}: the other ranks never wrote their lines")
+        time.sleep(0.05)
 
 
 def end():
     if not CHOSEN or END == "ok":
         time.sleep(float(os.environ.get("OUTPUT_SLEEP", "0")))
         return
-    time.sleep(0.5)  # the others have written their lines
+    others_wrote_their_lines()
     if END == "raise":
         raise ValueError(f"boom on rank {RANK}")
     if END == "exit":
