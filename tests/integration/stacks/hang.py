@@ -29,14 +29,20 @@ def train_step(rank):
         else:
             stuck_in_loader()
     dist.all_reduce(t)
+    return t
 
 
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     print(f"rank {rank} pid {os.getpid()} ready", flush=True)
-    train_step(rank)
+    # The tensor lives past destroy_process_group: torch 2.6's ~ProcessGroupGloo holds the GIL
+    # while it joins Gloo's worker thread, and that thread, when it drops the all_reduce's last
+    # reference to a tensor Python has let go of, waits for the GIL to free the tensor's
+    # PyObject: a deadlock, seen here under load (fixed upstream after 2.6, pytorch#154976).
+    kept = train_step(rank)
     dist.destroy_process_group()
+    del kept
 
 
 main()
