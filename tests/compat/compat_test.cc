@@ -13,12 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/torch_under_test.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
 using testing::Child;
 using testing::freePort;
 namespace fs = std::filesystem;
@@ -36,7 +38,7 @@ std::vector<std::string> torchrun(std::vector<std::string> args, bool legacy = f
 
 // launch, told which torchrun to follow, with these arguments.
 std::vector<std::string> launch(std::vector<std::string> args) {
-  std::vector<std::string> argv{buildDir() + "/launcher/launch"};
+  std::vector<std::string> argv{launchPath()};
   argv.insert(argv.end(), torch().launchFlags.begin(), torch().launchFlags.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
@@ -55,7 +57,7 @@ class Compat : public ::testing::Test {
   void run(std::vector<std::string> argv) {
     // PYTHON_EXEC for launch only: torch's torchrun runs its ranks with its own Python.
     std::vector<std::string> env{"OMP_NUM_THREADS="};
-    if (argv[0] == buildDir() + "/launcher/launch") env.push_back("PYTHON_EXEC=" + torch().python);
+    if (argv[0] == launchPath()) env.push_back("PYTHON_EXEC=" + torch().python);
     Child c(argv, env);
     auto exit = c.wait(kRun);
     ASSERT_TRUE(exit.has_value()) << "timed out: " << argv[0];

@@ -8,17 +8,19 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::rendezvousdPath;
 using testing::Child;
 namespace fs = std::filesystem;
 constexpr std::chrono::milliseconds kRun{180000};
 
 std::string tool() { return buildDir() + "/tests/integration/channel_tool"; }
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
 
 class Channel : public ::testing::Test {
  protected:
@@ -56,7 +58,7 @@ TEST_F(Channel, OneGibibyteTensorArrivesIntact) {
 }
 
 TEST_F(Channel, SenderKilledMidWriteIsAClearErrorAndNoPartialFileIsRead) {
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value());
   auto envFor = [&](int r) {
@@ -136,7 +138,7 @@ class NetnsNodes : public Channel {
 };
 
 TEST_F(NetnsNodes, TwoNodesShareOneDirectory) {
-  Child daemon(in("a", {buildDir() + "/rendezvous/rendezvousd", "--host", addrA_, "--port", "0"}));
+  Child daemon(in("a", {rendezvousdPath(), "--host", addrA_, "--port", "0"}));
   auto line = daemon.waitForLine(R"(listening on ([0-9.]+:\d+))", kRun);
   ASSERT_TRUE(line.has_value()) << daemon.stderrText();
   std::vector<std::unique_ptr<Child>> ranks;
@@ -158,7 +160,7 @@ TEST_F(NetnsNodes, TwoNodesShareOneDirectory) {
 }
 
 TEST_F(NetnsNodes, DirectoryLocalToEachNodeIsCaughtAtStart) {
-  Child daemon(in("a", {buildDir() + "/rendezvous/rendezvousd", "--host", addrA_, "--port", "0"}));
+  Child daemon(in("a", {rendezvousdPath(), "--host", addrA_, "--port", "0"}));
   auto line = daemon.waitForLine(R"(listening on ([0-9.]+:\d+))", kRun);
   ASSERT_TRUE(line.has_value());
   std::vector<std::unique_ptr<Child>> ranks;

@@ -12,12 +12,16 @@
 
 #include "common/deadline.h"
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/metrics.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::ctlPath;
+using testing::launchPath;
+using testing::rendezvousdPath;
 using testing::Child;
 namespace fs = std::filesystem;
 constexpr Millis kRun{120000};
@@ -57,7 +61,7 @@ TEST(ConnectionFlood, TwoJobsRendezvousAndFinishThroughFiveThousandConnections) 
   std::ofstream(token) << "flood-test-token\n";
   chmod(token.c_str(), 0600);
   // 1,024 descriptors: the flood is four times what the daemon can hold (768 connections).
-  Child daemon({"/usr/bin/prlimit", "--nofile=1024:1024", "--", buildDir() + "/rendezvous/rendezvousd",
+  Child daemon({"/usr/bin/prlimit", "--nofile=1024:1024", "--", rendezvousdPath(),
                 "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--token-file", token.string(),
                 "--max-connections-per-peer", "256"});
   auto store = daemon.waitForLine(R"(store listening on (127\.0\.0\.1:(\d+)))", kRun);
@@ -82,7 +86,7 @@ TEST(ConnectionFlood, TwoJobsRendezvousAndFinishThroughFiveThousandConnections) 
   for (std::string job : {"flood-a", "flood-b"}) {
     for (int node = 0; node < 2; ++node) {
       nodes.push_back(std::make_unique<Child>(
-          std::vector<std::string>{buildDir() + "/launcher/launch", "--nnodes=2", "--nproc_per_node=2",
+          std::vector<std::string>{launchPath(), "--nnodes=2", "--nproc_per_node=2",
                                    "--rdzv_backend=c10d", "--rdzv_endpoint=" + address,
                                    "--rdzv_id=" + job, worker.string()},
           std::vector<std::string>{"MUSTER_STORE_TOKEN_FILE=" + token.string()}));
@@ -102,7 +106,7 @@ TEST(ConnectionFlood, TwoJobsRendezvousAndFinishThroughFiveThousandConnections) 
   // Nothing lost: every rank's key is in its job's namespace (round 0: no restart).
   for (std::string job : {"flood-a", "flood-b"}) {
     for (int rank = 0; rank < 4; ++rank) {
-      Child get({buildDir() + "/rendezvous/rendezvousctl", "--addr", address, "--token-file", token.string(),
+      Child get({ctlPath(), "--addr", address, "--token-file", token.string(),
                  "--ns", job + "/0", "get", "rank" + std::to_string(rank)});
       ASSERT_EQ(get.wait(kRun)->code, 0) << job << " rank " << rank << ": " << get.stderrText();
       EXPECT_EQ(get.stdoutText(), "done\n");
@@ -112,7 +116,7 @@ TEST(ConnectionFlood, TwoJobsRendezvousAndFinishThroughFiveThousandConnections) 
   std::string scraped = testing::httpBody(testing::httpGet(metricsPort, "/metrics"));
   EXPECT_GT(testing::metricValue(scraped, "muster_connections_closed_total{why=\"evicted\"}").value_or(0), 0)
       << scraped;
-  Child health({buildDir() + "/rendezvous/rendezvousctl", "--addr", address, "--timeout", "1", "health"});
+  Child health({ctlPath(), "--addr", address, "--timeout", "1", "health"});
   ASSERT_EQ(health.wait(kRun)->code, 0) << health.stderrText() << daemon.stderrText();
   EXPECT_EQ(health.stdoutText(), "SERVING\n");
   EXPECT_FALSE(daemon.wait(Millis(0)).has_value()) << daemon.stderrText();

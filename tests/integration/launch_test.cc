@@ -19,11 +19,13 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 
 namespace muster {
 namespace {
 
-using testing::buildDir;
+using testing::ctlPath;
+using testing::launchPath;
 using testing::Child;
 using testing::freePort;
 namespace fs = std::filesystem;
@@ -31,8 +33,6 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kRun{30000};
 
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
-std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
 
 bool processExists(pid_t pid) {
   // A zombie has exited: it counts as gone.

@@ -12,12 +12,16 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/netns.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::rendezvousdPath;
+using testing::workerPath;
 using testing::Child;
 using testing::freePort;
 namespace fs = std::filesystem;
@@ -46,7 +50,7 @@ class MultiNode : public ::testing::Test {
   }
   std::unique_ptr<Child> node(std::vector<std::string> flags, const std::string& program,
                               bool sharedDir = true) {
-    std::vector<std::string> argv{buildDir() + "/launcher/launch"};
+    std::vector<std::string> argv{launchPath()};
     if (sharedDir) argv.insert(argv.end(), {"--shared_dir", (dir_ / "shared").string()});
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.push_back(program);
@@ -242,7 +246,7 @@ TEST_F(MultiNode, DisagreeingNnodesIsAnErrorNamingBothSizes) {
 // node 1's join reached node 0's service first, node 0's own was refused and it exited, and
 // node 1 asked again and again for 600 s.)
 TEST_F(MultiNode, AJoinPendingWhenTheServiceStopsEndsAtOnceNamingIt) {
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"},
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0"},
                {"MUSTER_LOG_LEVEL=debug"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value());
@@ -262,7 +266,7 @@ TEST_F(MultiNode, AJoinPendingWhenTheServiceStopsEndsAtOnceNamingIt) {
 // same --rdzv_id is told so (with when and how to go on); once it is forgotten
 // (--finished-run-ttl), the same id starts a new run. It said "has already finished" forever.
 TEST_F(MultiNode, ARunIdCanBeUsedAgainOnceTheFinishedRunIsForgotten) {
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0",
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0",
                 "--finished-run-ttl", "1"},
                {"MUSTER_LOG_LEVEL=debug"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
@@ -289,7 +293,7 @@ TEST_F(MultiNode, JoinsARendezvousdOverTlsAndTheWorkersUseItsStoreOverTls) {
                      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key +
                      " -out " + crt + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(make.c_str()), 0) << "openssl could not make a test certificate";
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0",
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0",
                 "--tls-cert", crt, "--tls-key", key});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value()) << daemon.stderrText();
@@ -320,7 +324,7 @@ TEST_F(MultiNode, JoinsARendezvousdOverTlsAndTheWorkersUseItsStoreOverTls) {
 }
 
 TEST_F(MultiNode, StandaloneRendezvousdOutlivesTheLossOfANode) {
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value());
   // Round 0 runs until a node is lost; later rounds succeed.
@@ -342,7 +346,7 @@ TEST_F(MultiNode, AgentsRejoinARestartedRendezvousd) {
   int port = freePort();
   std::string addr = "127.0.0.1:" + std::to_string(port);
   auto daemon = std::make_unique<Child>(std::vector<std::string>{
-      buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", std::to_string(port)});
+      rendezvousdPath(), "--host", "127.0.0.1", "--port", std::to_string(port)});
   ASSERT_TRUE(daemon->waitForLine(R"(listening on)", kRun).has_value());
   // The first attempt runs until the daemon goes; the next one succeeds.
   std::string w = script("echo $TORCHELASTIC_RESTART_COUNT > " + (dir_ / "count_").string() +
@@ -354,7 +358,7 @@ TEST_F(MultiNode, AgentsRejoinARestartedRendezvousd) {
   daemon->kill(SIGKILL);
   ASSERT_TRUE(daemon->wait(kRun).has_value());
   daemon = std::make_unique<Child>(std::vector<std::string>{
-      buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", std::to_string(port)});
+      rendezvousdPath(), "--host", "127.0.0.1", "--port", std::to_string(port)});
   ASSERT_TRUE(daemon->waitForLine(R"(listening on)", kRun).has_value());
   auto ea = a->wait(kRun), eb = b->wait(kRun);
   ASSERT_TRUE(ea.has_value() && eb.has_value()) << a->stderrText() << b->stderrText();
@@ -372,7 +376,7 @@ TEST_F(MultiNode, AgentsRejoinARestartedRendezvousd) {
 
 // Without a restart left, losing rendezvousd ends the job, saying so.
 TEST_F(MultiNode, LosingRendezvousdWithoutARestartLeftSaysSo) {
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value());
   std::string w = script("echo up > " + (dir_ / "up_").string() + "$RANK; sleep 60 & wait\n");
@@ -490,7 +494,7 @@ class NetnsHosts : public MultiNode {
   std::unique_ptr<Child> hostNode(int h, std::vector<std::string> flags, std::vector<std::string> program,
                                   bool sharedDir = true, std::vector<std::string> env = {}) {
     std::vector<std::string> argv{"/usr/bin/nsenter", "--net=" + net_.path(h), "--",
-                                  buildDir() + "/launcher/launch"};
+                                  launchPath()};
     if (sharedDir) argv.insert(argv.end(), {"--shared_dir", (dir_ / "shared").string()});
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
@@ -507,7 +511,7 @@ TEST_F(NetnsHosts, TwoHostsRunGlooCollectivesAcrossTheirOwnAddresses) {
     return std::vector<std::string>{"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
                                     "--master_addr=" + master, "--master_port=" + std::to_string(port_)};
   };
-  std::vector<std::string> check{buildDir() + "/worker/worker", "--timeout=60"};
+  std::vector<std::string> check{workerPath(), "--timeout=60"};
   auto a = hostNode(1, flags(0), check);
   auto b = hostNode(2, flags(1), check);
   auto ea = a->wait(kRun), eb = b->wait(kRun);

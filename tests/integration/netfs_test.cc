@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/netns.h"
 #include "tests/support/sshfs.h"
 
@@ -19,13 +20,15 @@ namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::rendezvousdPath;
+using testing::workerPath;
 using testing::Child;
 using testing::freePort;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 constexpr milliseconds kRun{240000};
 
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
 std::string tool() { return buildDir() + "/tests/integration/channel_tool"; }
 
 class NetworkFs : public ::testing::Test {
@@ -69,7 +72,7 @@ class NetworkFs : public ::testing::Test {
 // Every channel operation between a rank on the serving host (its local directory) and a rank
 // on the mounting host (through sshfs), and a 256 MiB tensor mapped through FUSE.
 TEST_F(NetworkFs, ChannelOperationsBetweenTheServerAndTheMount) {
-  Child daemon(in(1, {buildDir() + "/rendezvous/rendezvousd", "--host", net_.address(1), "--port", "0"}));
+  Child daemon(in(1, {rendezvousdPath(), "--host", net_.address(1), "--port", "0"}));
   auto line = daemon.waitForLine(R"(listening on ([0-9.]+:\d+))", kRun);
   ASSERT_TRUE(line.has_value()) << daemon.stderrText();
   for (const std::vector<std::string>& mode : {std::vector<std::string>{"all"}, {"big", "256"}}) {
@@ -108,7 +111,7 @@ TEST_F(NetworkFs, ATwoNodeJobSharesTheMountedDirectory) {
     return std::make_unique<Child>(
         in(rank + 1, {launchPath(), "--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=2",
                       "--master_addr=" + net_.address(1), "--master_port=" + std::to_string(port),
-                      "--shared_dir", shared.string(), buildDir() + "/worker/worker", "--timeout=120"}),
+                      "--shared_dir", shared.string(), workerPath(), "--timeout=120"}),
         std::vector<std::string>{"OMP_NUM_THREADS=1"});
   };
   auto a = node(0, exported_);

@@ -17,17 +17,17 @@
 #include "muster/v1/store.grpc.pb.h"
 #include "rendezvous/store_client.h"
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/metrics.h"
 
 namespace muster {
 namespace {
 
-using testing::buildDir;
 using testing::Child;
 namespace fs = std::filesystem;
 
-std::string daemon() { return buildDir() + "/rendezvous/rendezvousd"; }
-std::string ctl() { return buildDir() + "/rendezvous/rendezvousctl"; }
+std::string daemon() { return testing::rendezvousdPath(); }
+std::string ctl() { return testing::ctlPath(); }
 constexpr Millis kStart{15000};
 
 // A running rendezvousd on 127.0.0.1 and a free port, read back from its log.

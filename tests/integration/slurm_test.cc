@@ -20,12 +20,15 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/netns.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::workerPath;
 using testing::sourceDir;
 using testing::Child;
 namespace fs = std::filesystem;
@@ -294,7 +297,7 @@ class Slurm : public ::testing::Test {
     return p.string();
   }
   std::vector<std::string> deployEnv() {
-    return {"MUSTER_LAUNCH=" + buildDir() + "/launcher/launch", "MUSTER_NPROC_PER_NODE=2",
+    return {"MUSTER_LAUNCH=" + launchPath(), "MUSTER_NPROC_PER_NODE=2",
             "MUSTER_SHARED_DIR=" + (cluster_->dir / "shared").string()};
   }
   std::string deployScript() { return sourceDir() + "/deploy/slurm/muster.sbatch"; }
@@ -316,7 +319,7 @@ class Slurm : public ::testing::Test {
     for (size_t at = 0; (at = output.find(line, at)) != std::string::npos; ++at) ++n;
     return n;
   }
-  static std::string worker() { return buildDir() + "/worker/worker"; }
+  static std::string worker() { return workerPath(); }
 
   static Cluster* cluster_;
 };

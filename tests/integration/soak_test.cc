@@ -13,12 +13,15 @@
 
 #include "rendezvous/store_client.h"
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/metrics.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::rendezvousdPath;
 using testing::Child;
 namespace fs = std::filesystem;
 constexpr Millis kRun{120000};
@@ -28,7 +31,7 @@ class Soak : public ::testing::Test {
   void SetUp() override {
     dir_ = testing::freshTestDir("muster-soak");
     daemon_ = std::make_unique<Child>(std::vector<std::string>{
-        buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
+        rendezvousdPath(), "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0",
         "--finished-run-ttl", "0.2"});
     auto store = daemon_->waitForLine(R"(store listening on (127\.0\.0\.1:\d+))", kRun);
     auto metrics = daemon_->waitForLine(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)", kRun);
@@ -59,7 +62,7 @@ class Soak : public ::testing::Test {
     return true;
   }
   int runJob(const std::string& id) {
-    Child job({buildDir() + "/launcher/launch", "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d",
+    Child job({launchPath(), "--nnodes=1", "--nproc_per_node=2", "--rdzv_backend=c10d",
                "--rdzv_endpoint=" + address_, "--rdzv_id=" + id, worker_});
     auto exit = job.wait(kRun);
     if (!exit || exit->code != 0) ADD_FAILURE() << id << ": " << job.stderrText();

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "tests/support/netns.h"
 #include "tests/support/torch_under_test.h"
 
@@ -19,6 +20,8 @@ namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::ctlPath;
+using testing::launchPath;
 using testing::Child;
 using testing::freePort;
 namespace fs = std::filesystem;
@@ -30,8 +33,6 @@ constexpr milliseconds kRun{120000};
 // tests/compat/with_torch.sh a Debian root's (torch 2.6 on Python 3.13, 2.14 on 3.14).
 const std::string kPython = testing::torchUnderTest().python;
 
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
-std::string ctlPath() { return buildDir() + "/rendezvous/rendezvousctl"; }
 std::string stuckWorker() { return buildDir() + "/tests/integration/stuck_worker"; }
 std::string source(const std::string& rel) { return (fs::path(testing::sourceDir()) / rel).string(); }
 std::string hangScript() { return source("tests/integration/stacks/hang.py"); }

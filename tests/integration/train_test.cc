@@ -7,19 +7,19 @@
 #include <regex>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 #include "worker/programs/docnn.h"
 #include "worker/programs/sst_data.h"
 
 namespace muster {
 namespace {
 
-using testing::buildDir;
+using testing::launchPath;
+using testing::workerPath;
 using testing::Child;
 namespace fs = std::filesystem;
 constexpr std::chrono::milliseconds kRun{300000};
 
-std::string workerPath() { return buildDir() + "/worker/worker"; }
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
 
 class Train : public ::testing::Test {
  protected:

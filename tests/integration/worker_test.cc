@@ -5,16 +5,18 @@
 #include <regex>
 
 #include "tests/support/child.h"
+#include "tests/support/programs.h"
 
 namespace muster {
 namespace {
 
 using testing::buildDir;
+using testing::launchPath;
+using testing::rendezvousdPath;
+using testing::workerPath;
 using testing::Child;
 constexpr std::chrono::milliseconds kRun{120000};
 
-std::string workerPath() { return buildDir() + "/worker/worker"; }
-std::string launchPath() { return buildDir() + "/launcher/launch"; }
 
 class WorkerGroups : public ::testing::TestWithParam<int> {};
 
@@ -41,7 +43,7 @@ INSTANTIATE_TEST_SUITE_P(Sizes, WorkerGroups, ::testing::Values(2, 4));
 
 TEST(Worker, MissingRankIsNamedWithinTheTimeout) {
   // World of 3 on a standalone store, only ranks 0 and 1 start.
-  Child daemon({buildDir() + "/rendezvous/rendezvousd", "--host", "127.0.0.1", "--port", "0"});
+  Child daemon({rendezvousdPath(), "--host", "127.0.0.1", "--port", "0"});
   auto line = daemon.waitForLine(R"(listening on (127\.0\.0\.1:\d+))", kRun);
   ASSERT_TRUE(line.has_value()) << daemon.stderrText();
   std::vector<std::unique_ptr<Child>> ranks;
