@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <boost/asio/ip/address.hpp>
@@ -109,12 +110,47 @@ bool isLocalHost(const std::string& host) {
   return isLoopback(host) || host == hostName() || host == canonicalHostName();
 }
 
-namespace {
-
-std::string hostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+std::string joinHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return "[" + host + "]:" + std::to_string(port);
+  }
   return host + ":" + std::to_string(port);
 }
+
+std::optional<HostPort> splitHostPort(std::string_view text) {
+  std::string_view host = text, port;
+  bool hasPort = false;
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    host = text.substr(1, close - 1);
+    std::string_view rest = text.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return std::nullopt;
+      port = rest.substr(1);
+      hasPort = true;
+    }
+  } else if (size_t colon = text.find(':'); colon != std::string_view::npos) {
+    if (text.find(':', colon + 1) != std::string_view::npos) return std::nullopt;
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    hasPort = true;
+  }
+  if (host.empty()) return std::nullopt;
+  HostPort out{std::string(host), std::nullopt};
+  if (hasPort) {
+    int value = 0;
+    auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value < 0 ||
+        value > 65535) {
+      return std::nullopt;
+    }
+    out.port = value;
+  }
+  return out;
+}
+
+namespace {
 
 int bindListen(const sockaddr* addr, socklen_t len, int backlog, bool dualStack, int& err) {
   int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -148,7 +184,7 @@ int listenTcp(const std::string& host, int port, std::string& why, int backlog) 
     int fd = bindListen(reinterpret_cast<sockaddr*>(&any6), sizeof(any6), backlog, true, err);
     if (fd >= 0) return fd;
     if (err == EADDRINUSE || host == "::") {
-      why = hostPort(host.empty() ? "0.0.0.0" : host, port) + ": " + std::strerror(err);
+      why = joinHostPort(host.empty() ? "0.0.0.0" : host, port) + ": " + std::strerror(err);
       return -1;
     }
     sockaddr_in any4{};
@@ -156,7 +192,7 @@ int listenTcp(const std::string& host, int port, std::string& why, int backlog) 
     any4.sin_addr.s_addr = htonl(INADDR_ANY);
     any4.sin_port = htons(static_cast<uint16_t>(port));
     fd = bindListen(reinterpret_cast<sockaddr*>(&any4), sizeof(any4), backlog, false, err);
-    if (fd < 0) why = hostPort("0.0.0.0", port) + ": " + std::strerror(err);
+    if (fd < 0) why = joinHostPort("0.0.0.0", port) + ": " + std::strerror(err);
     return fd;
   }
   addrinfo hints{};
@@ -173,7 +209,7 @@ int listenTcp(const std::string& host, int port, std::string& why, int backlog) 
     fd = bindListen(ai->ai_addr, ai->ai_addrlen, backlog, false, err);
   }
   freeaddrinfo(res);
-  if (fd < 0) why = hostPort(host, port) + ": " + std::strerror(err);
+  if (fd < 0) why = joinHostPort(host, port) + ": " + std::strerror(err);
   return fd;
 }
 

@@ -1,9 +1,24 @@
 // Addresses: this host's names, which local address other hosts reach it at, listening sockets.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace muster::net {
+
+// "host:port", an IPv6 literal in brackets: "[::1]:29400" (one already in brackets stays so).
+std::string joinHostPort(const std::string& host, int port);
+
+// HOST, HOST:PORT, [IPV6] or [IPV6]:PORT, as torchrun's parse_rendezvous_endpoint reads them:
+// the host (brackets taken off) and the port when there is one. nullopt for anything else: an
+// empty host, an IPv6 literal without brackets (":" twice), a port that is not 0-65535, text
+// after "]" that is not ":PORT".
+struct HostPort {
+  std::string host;
+  std::optional<int> port;
+};
+std::optional<HostPort> splitHostPort(std::string_view text);
 
 // The local address on the route to host:port (a UDP connect sends nothing), e.g. "10.0.0.2"
 // on the way to the master; "" when the host does not resolve or has no route.

@@ -145,7 +145,7 @@ absl::Status Agent::prepareMultiNode() {
     }
     tlsCaPem_ = *ca;
   }
-  endpoint_ = rendezvous::joinHostPort(host, port);
+  endpoint_ = net::joinHostPort(host, port);
   if (hostsStore_) {
     // Port 0: this node hosts the rendezvous on a free port (a one-node job). A one-node job
     // binds only the endpoint's own address; others every address.
@@ -166,7 +166,7 @@ absl::Status Agent::prepareMultiNode() {
       store_ = std::move(*started);
       if (port == 0) {
         port = store_->port();
-        endpoint_ = rendezvous::joinHostPort(host, port);
+        endpoint_ = net::joinHostPort(host, port);
       }
     }
   }
@@ -236,7 +236,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   }
   logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}", at_.round,
                  at_.groupRank, at_.groupWorldSize, at_.rankOffset, at_.rankOffset + options_.localWorldSize - 1, at_.worldSize,
-                 rendezvous::joinHostPort(at_.masterAddr, at_.masterPort));
+                 net::joinHostPort(at_.masterAddr, at_.masterPort));
   // Watch before the workers start, so that losing this node is seen through its watch at once.
   rdzv_->watch(at_.round, [this](const muster::v1::RoundEvent& e) { onRemoteEvent(e); },
                [this](const std::string& why) { onRemoteError(why); },

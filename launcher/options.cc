@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/net.h"
 #include "launcher/slurm.h"
 
 namespace muster::launcher {
@@ -418,32 +419,18 @@ std::vector<Flag> flagTable() {
 // torchrun's parse_rendezvous_endpoint: HOST, HOST:PORT, [IPV6] or [IPV6]:PORT.
 absl::Status parseEndpoint(LaunchOptions& o) {
   const std::string& v = o.rdzvEndpoint;
-  const std::string expected = "HOST[:PORT] or [IPV6][:PORT] (e.g. node0:29400, [::1]:29400)";
-  std::string host = v, port;
-  if (!v.empty() && v.front() == '[') {
-    auto close = v.find(']');
-    if (close == std::string::npos) return bad("--rdzv_endpoint", v, expected);
-    host = v.substr(1, close - 1);
-    std::string rest = v.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return bad("--rdzv_endpoint", v, expected);
-      port = rest.substr(1);
-    }
-  } else if (auto colon = v.find(':'); colon != std::string::npos) {
-    if (v.find(':', colon + 1) != std::string::npos) {
+  auto split = net::splitHostPort(v);
+  if (!split) {
+    size_t colon = v.find(':');
+    if (v.front() != '[' && colon != std::string::npos && v.find(':', colon + 1) != std::string::npos) {
       return absl::InvalidArgumentError(fmt::format(
           "--rdzv_endpoint={} is invalid; an IPv6 address needs brackets (e.g. [::1]:29400)", v));
     }
-    host = v.substr(0, colon);
-    port = v.substr(colon + 1);
+    return bad("--rdzv_endpoint", v,
+               "HOST[:PORT] or [IPV6][:PORT], a port 0-65535 (e.g. node0:29400, [::1]:29400)");
   }
-  if (host.empty()) return bad("--rdzv_endpoint", v, expected);
-  o.rdzvHost = host;
-  if (!port.empty()) {
-    auto p = toInt("--rdzv_endpoint", port, 0, expected);
-    if (!p.ok() || *p > 65535) return bad("--rdzv_endpoint", v, "a port 0-65535 after the host");
-    o.rdzvPort = *p;
-  }
+  o.rdzvHost = split->host;
+  if (split->port) o.rdzvPort = *split->port;
   return absl::OkStatus();
 }
 

@@ -256,6 +256,9 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=h:port", "p"},
                               "--rdzv_endpoint=h:port"},
                       BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1", "p"}, "[IPV6]"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=h:", "p"}, "a port 0-65535"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=h:65536", "p"}, "a port 0-65535"},
+                      BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]x", "p"}, "[IPV6]"},
                       BadCase{{"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:0", "p"},
                               "one-node job only"}));
 

@@ -60,13 +60,6 @@ absl::Status checkTlsPair(const std::string& certPem, const std::string& keyPem)
 
 }  // namespace
 
-std::string joinHostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    return fmt::format("[{}]:{}", host, port);
-  }
-  return fmt::format("{}:{}", host, port);
-}
-
 absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(ServerOptions options) {
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(
@@ -184,7 +177,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   if (listenFd < 0) {
     return absl::UnavailableError(
         why.rfind("cannot resolve", 0) == 0
-            ? fmt::format("cannot listen on {}: {}", joinHostPort(options.host, options.port), why)
+            ? fmt::format("cannot listen on {}: {}", net::joinHostPort(options.host, options.port), why)
             : fmt::format("cannot listen on {}", why));
   }
   int selected = net::boundPort(listenFd);
@@ -195,7 +188,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   if (!server->server_) {
     ::close(listenFd);
     return absl::UnavailableError(fmt::format("the store's gRPC server on {} did not start",
-                                              joinHostPort(options.host, selected)));
+                                              net::joinHostPort(options.host, selected)));
   }
   auto gate = ConnectionGate::start(listenFd, std::move(acceptor), options.connections);
   if (!gate.ok()) return gate.status();
@@ -206,7 +199,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::start(Server
   server->door_->start();
   server->health_->setServing(true);
   server->port_ = selected;
-  server->address_ = joinHostPort(options.host, selected);
+  server->address_ = net::joinHostPort(options.host, selected);
   server->announce_ = options.announce;
   logger()->log(options.announce ? spdlog::level::info : spdlog::level::debug,
                 "store listening on {} (direct port {}, tls {}, token {}, max_value_bytes={}, "

@@ -107,7 +107,4 @@ class RendezvousServer {
   bool announce_ = true;
 };
 
-// "host:port", bracketing IPv6 literals.
-std::string joinHostPort(const std::string& host, int port);
-
 }  // namespace muster::rendezvous

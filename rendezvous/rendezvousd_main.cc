@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/limits.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "rendezvous/metrics_endpoint.h"
 #include "rendezvous/server_metrics.h"
 #include "rendezvous/rendezvous_server.h"
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*endpoint);
     logger->info("metrics on http://{}/metrics",
-                 muster::rendezvous::joinHostPort(metricsHost, metrics->port()));
+                 muster::net::joinHostPort(metricsHost, metrics->port()));
   }
   // Out of descriptors the service goes on (ConnectionGate refuses what it cannot hold): it
   // ends on a signal only.

@@ -24,6 +24,7 @@
 
 #include "common/backoff.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/direct_wire.h"
 #include "rendezvous/grpc_channel.h"
@@ -104,18 +105,13 @@ class GrpcStream final : public SessionStream {
   std::unique_ptr<grpc::ClientReaderWriter<pb::StoreRequest, pb::StoreResponse>> stream_;
 };
 
-// host and port of a HOST:PORT target ("[v6]:port" too); nullopt for anything else (a gRPC
-// scheme, a Unix socket), which has no direct path.
+// The host of a HOST:PORT target ("[v6]:port" too); nullopt for anything else (a gRPC scheme,
+// a Unix socket), which has no direct path.
 std::optional<std::string> targetHost(const std::string& target) {
   if (target.find("://") != std::string::npos || target.rfind("unix:", 0) == 0) return std::nullopt;
-  if (!target.empty() && target.front() == '[') {
-    auto close = target.find(']');
-    if (close == std::string::npos) return std::nullopt;
-    return target.substr(1, close - 1);
-  }
-  auto colon = target.rfind(':');
-  if (colon == std::string::npos || target.find(':') != colon) return std::nullopt;
-  return target.substr(0, colon);
+  auto split = net::splitHostPort(target);
+  if (!split || !split->port) return std::nullopt;
+  return split->host;
 }
 
 // The direct path (store_direct.h): one blocking TCP socket, frames both ways.

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "rendezvous/local_store.h"
+#include "tests/bench/bench_process.h"
 #include "worker/c10d_store.h"
 #include "worker/shared_dir_channel.h"
 
@@ -17,12 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double seconds(std::chrono::steady_clock::time_point a) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
-}
+using muster::bench::nowNs;
+
+// Seconds since `startNs` (nowNs).
+double seconds(int64_t startNs) { return static_cast<double>(nowNs() - startNs) / 1e9; }
 
 double runShell(const std::string& cmd) {
-  auto t = std::chrono::steady_clock::now();
+  int64_t t = nowNs();
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
   return seconds(t);
 }
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
   }
   std::vector<double> ours, cp, torchIo;
   for (int i = 0; i < reps; ++i) {
-    auto t = std::chrono::steady_clock::now();
+    int64_t t = nowNs();
     auto sent = (*channel)->send(tensor, 0);
     auto got = (*channel)->recv(0);  // reads every byte: the checksum is verified
     ours.push_back(seconds(t));

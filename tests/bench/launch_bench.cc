@@ -17,17 +17,15 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/bench/bench_process.h"
+
 extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-long long nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+using muster::bench::nowNs;
 
 int runQuiet(const std::vector<std::string>& args) {
   std::vector<char*> argv;

@@ -15,8 +15,10 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/rendezvous_server.h"
+#include "tests/bench/bench_process.h"
 #include "worker/c10d_store.h"
 
 extern char** environ;
@@ -26,11 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using Ms = std::chrono::milliseconds;
 
-long long nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+using muster::bench::nowNs;
 
 c10::intrusive_ptr<c10d::Store> openStore(const std::string& kind, const std::string& addr,
                                           const std::string& ns) {
@@ -41,12 +39,13 @@ c10::intrusive_ptr<c10d::Store> openStore(const std::string& kind, const std::st
     std::shared_ptr<muster::rendezvous::Store> shared(std::move(*client));
     return c10::make_intrusive<muster::worker::C10dStore>(shared, Ms(120000));
   }
-  auto colon = addr.rfind(':');
+  auto split = muster::net::splitHostPort(addr);
+  if (!split || !split->port) throw std::runtime_error("not HOST:PORT: " + addr);
   c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(std::stoi(addr.substr(colon + 1)));
+  opts.port = static_cast<uint16_t>(*split->port);
   opts.waitWorkers = false;
   opts.timeout = Ms(120000);
-  auto tcp = c10::make_intrusive<c10d::TCPStore>(addr.substr(0, colon), opts);
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(split->host, opts);
   return c10::make_intrusive<c10d::PrefixStore>(ns, tcp);
 }
 

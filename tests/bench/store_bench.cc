@@ -176,11 +176,10 @@ struct WireOps : Ops {
 // client).
 std::unique_ptr<Ops> connectOps(const std::string& backend, const std::string& addr) {
   if (backend == "muster") return std::make_unique<MusterOps>(addr);
-  auto colon = addr.rfind(':');
-  std::string host = addr.substr(0, colon);
-  int port = std::stoi(addr.substr(colon + 1));
-  if (backend == "wire") return std::make_unique<WireOps>(host, port);
-  return std::make_unique<TcpStoreOps>(host, port);
+  auto split = muster::net::splitHostPort(addr);
+  if (!split || !split->port) throw std::runtime_error("not HOST:PORT: " + addr);
+  if (backend == "wire") return std::make_unique<WireOps>(split->host, *split->port);
+  return std::make_unique<TcpStoreOps>(split->host, *split->port);
 }
 
 // launch's front over a MemoryStore on a free loopback port, or null (said on stderr).

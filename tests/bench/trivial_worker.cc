@@ -10,13 +10,11 @@
 #include <ctime>
 #include <string>
 
+#include "tests/bench/bench_process.h"
+
 namespace {
 
-long long nowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+using muster::bench::nowNs;
 
 std::string gDir, gRank;
 
