@@ -19,6 +19,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "rendezvous/accept_loop.h"
 #include "rendezvous/direct_wire.h"
 
 namespace muster::rendezvous {
@@ -57,25 +58,11 @@ class StoreDirect::Impl {
       scratch_.emplace_back(kReadChunk);
       work_.emplace_back(asio::make_work_guard(*loops_.back()));
     }
-    acceptor_ = std::make_unique<tcp::acceptor>(*loops_[0]);
-    retry_ = std::make_unique<asio::steady_timer>(*loops_[0]);
+    accept_ = std::make_unique<AcceptLoop>(*loops_[0], "store direct path", logger());
   }
   ~Impl() { shutdown(Millis(0)); }
 
-  absl::Status adopt(int fd) {
-    boost::system::error_code ec;
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    acceptor_->assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
-    if (!ec) acceptor_->non_blocking(true, ec);
-    if (ec) {
-      ::close(fd);
-      return absl::InternalError(fmt::format("store direct path: cannot use socket {}: {}", fd,
-                                             ec.message()));
-    }
-    return absl::OkStatus();
-  }
+  absl::Status adopt(int fd) { return accept_->adopt(fd); }
 
   void run() {
     accept();
@@ -136,11 +123,9 @@ class StoreDirect::Impl {
   // Each loop's read buffer: a read's bytes are taken off it before the handler returns.
   std::vector<std::vector<char>> scratch_;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  std::unique_ptr<tcp::acceptor> acceptor_;
-  std::unique_ptr<asio::steady_timer> retry_;
+  std::unique_ptr<AcceptLoop> accept_;
   std::vector<std::thread> threads_;
   size_t next_ = 0;
-  bool acceptErrorLogged_ = false;
 };
 
 namespace {
@@ -495,30 +480,7 @@ class DirectConnection final : public SessionSink,
 }  // namespace
 
 void StoreDirect::Impl::accept() {
-  acceptor_->async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
-    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
-    // accept4 with SOCK_CLOEXEC: never leak into a worker launch spawns at the same moment.
-    int fd = ec ? -1
-                : ::accept4(acceptor_->native_handle(), nullptr, nullptr,
-                            SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      int err = ec ? ec.value() : errno;
-      if (!ec && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)) {
-        accept();
-        return;
-      }
-      if (!acceptErrorLogged_) {
-        logger()->error("store direct path: cannot accept: {}; retrying every 100 ms",
-                        std::strerror(err));
-        acceptErrorLogged_ = true;
-      }
-      retry_->expires_after(std::chrono::milliseconds(100));
-      retry_->async_wait([this](boost::system::error_code e) {
-        if (!e) accept();
-      });
-      return;
-    }
-    acceptErrorLogged_ = false;
+  accept_->start([this](int fd, tcp protocol) {
     bool full;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -540,25 +502,24 @@ void StoreDirect::Impl::accept() {
       [[maybe_unused]] ssize_t sent = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       ::shutdown(fd, SHUT_WR);
       ::close(fd);
-    } else {
-      size_t i = next_++ % loops_.size();
-      asio::io_context& io = *loops_[i];
-      boost::system::error_code assignError;
-      tcp::socket socket(io);
-      socket.assign(acceptor_->local_endpoint(assignError).protocol(), fd, assignError);
-      if (assignError) {
-        ::close(fd);
-      } else {
-        greeting_.fetch_add(1);
-        auto c = std::make_shared<DirectConnection>(this, io, scratch_[i], std::move(socket));
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          live_.emplace(c.get(), c);
-        }
-        asio::post(io, [c] { c->start(); });
-      }
+      return;
     }
-    accept();
+    size_t i = next_++ % loops_.size();
+    asio::io_context& io = *loops_[i];
+    boost::system::error_code assignError;
+    tcp::socket socket(io);
+    socket.assign(protocol, fd, assignError);
+    if (assignError) {
+      ::close(fd);
+      return;
+    }
+    greeting_.fetch_add(1);
+    auto c = std::make_shared<DirectConnection>(this, io, scratch_[i], std::move(socket));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_.emplace(c.get(), c);
+    }
+    asio::post(io, [c] { c->start(); });
   });
 }
 
@@ -585,9 +546,7 @@ void StoreDirect::Impl::shutdown(Millis grace) {
   // then time for the sessions closing to say so.
   std::promise<void> closed;
   asio::post(*loops_[0], [this, &closed] {
-    boost::system::error_code ec;
-    acceptor_->close(ec);
-    retry_->cancel();
+    accept_->close();
     closed.set_value();
   });
   closed.get_future().wait();

@@ -22,6 +22,7 @@
 #include "common/limits.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "rendezvous/accept_loop.h"
 #include "rendezvous/tcpstore_wire.h"
 
 namespace muster::rendezvous {
@@ -50,8 +51,6 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   Impl(std::shared_ptr<MemoryStore> memory, FrontOptions options)
       : memory_(std::move(memory)),
         options_(std::move(options)),
-        acceptor_(io_),
-        retry_(io_),
         round_(options_.round) {
     const StoreLimits& l = memory_->limits();
     limits_ = {.maxKeyBytes = l.maxKeyBytes + contract::kAttemptPrefix.size() + 24,
@@ -61,18 +60,9 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   }
 
   absl::Status adopt(int fd) {
-    boost::system::error_code ec;
-    sockaddr_storage addr{};
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    acceptor_.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
-    if (!ec) acceptor_.non_blocking(true, ec);
-    if (ec) {
-      close(fd);
-      return absl::InternalError(fmt::format("TCPStore front: cannot use socket {}: {}", fd,
-                                             ec.message()));
-    }
-    return absl::OkStatus();
+    accept_ = std::make_unique<AcceptLoop>(io_, fmt::format("TCPStore front on port {}", net::boundPort(fd)),
+                                           logger());
+    return accept_->adopt(fd);
   }
 
   void run() {
@@ -114,8 +104,7 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   FrontOptions options_;
   tcpstore::WireLimits limits_;
   asio::io_context io_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_;
+  std::unique_ptr<AcceptLoop> accept_;
   std::atomic<uint64_t> round_;
   std::thread thread_;
   std::once_flag stopped_;
@@ -123,7 +112,6 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   // Open connections (owned by their own handlers): counted from any thread, closed by
   // closeAll(). Guarded by mu_.
   std::unordered_map<Connection*, std::weak_ptr<Connection>> live_;
-  bool acceptErrorLogged_ = false;
   size_t bufferedInput_ = 0;
 };
 
@@ -517,66 +505,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 void TcpStoreFront::Impl::accept() {
-  acceptor_.async_wait(tcp::acceptor::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-    if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-    // accept4 with SOCK_CLOEXEC: a socket accepted here must never leak into a worker that
-    // launch's loop spawns at the same moment (asio's accept sets no close-on-exec).
-    int fd = ec ? -1
-                : ::accept4(self->acceptor_.native_handle(), nullptr, nullptr,
-                            SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      int err = ec ? ec.value() : errno;
-      if (!ec && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)) {
-        self->accept();
-        return;
-      }
-      // Out of descriptors (EMFILE) and the like: say so once, try again shortly; the
-      // listening socket must never stop being served.
-      if (!self->acceptErrorLogged_) {
-        boost::system::error_code ignored;
-        logger()->error("TCPStore front on port {}: cannot accept: {}; retrying every 100 ms",
-                        self->acceptor_.local_endpoint(ignored).port(), std::strerror(err));
-        self->acceptErrorLogged_ = true;
-      }
-      self->retry_.expires_after(std::chrono::milliseconds(100));
-      self->retry_.async_wait([self](boost::system::error_code e) {
-        if (!e) self->accept();
-      });
-      return;
-    }
-    self->acceptErrorLogged_ = false;
-    bool full = false;
-    {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      full = self->live_.size() >= self->options_.maxConnections;
-    }
-    if (full) {
-      logger()->warn("TCPStore front: {} connections already; closing a new one",
-                     self->options_.maxConnections);
-      ::close(fd);
-    } else {
-      boost::system::error_code assignError;
-      tcp::socket socket(self->io_);
-      socket.assign(self->acceptor_.local_endpoint(assignError).protocol(), fd, assignError);
-      if (assignError) {
-        ::close(fd);
-      } else {
-        auto c = std::make_shared<Connection>(self, std::move(socket));
+  accept_->start(
+      [this](int fd, tcp protocol) {
+        bool full = false;
         {
-          std::lock_guard<std::mutex> lock(self->mu_);
-          self->live_.emplace(c.get(), c);
+          std::lock_guard<std::mutex> lock(mu_);
+          full = live_.size() >= options_.maxConnections;
+        }
+        if (full) {
+          logger()->warn("TCPStore front: {} connections already; closing a new one", options_.maxConnections);
+          ::close(fd);
+          return;
+        }
+        boost::system::error_code assignError;
+        tcp::socket socket(io_);
+        socket.assign(protocol, fd, assignError);
+        if (assignError) {
+          ::close(fd);
+          return;
+        }
+        auto c = std::make_shared<Connection>(shared_from_this(), std::move(socket));
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          live_.emplace(c.get(), c);
         }
         c->start();
-      }
-    }
-    self->accept();
-  });
+      },
+      weak_from_this());
 }
 
 void TcpStoreFront::Impl::closeAll() {
-  boost::system::error_code ec;
-  acceptor_.close(ec);
-  retry_.cancel();
+  if (accept_) accept_->close();
   std::vector<std::shared_ptr<Connection>> open;
   {
     std::lock_guard<std::mutex> lock(mu_);
