@@ -819,12 +819,17 @@ absl::StatusOr<std::vector<std::string>> workerCommand(
     if (!py.ok()) return py.status();
     argv = {*py, "-u", "-m", o.program};
   } else {
+    // A bare name is a file in the working folder (torchrun's `train.py`), else a program on
+    // PATH, as exec finds it; a folder of that name here (a source tree's worker/) does not hide
+    // the program on PATH.
     struct stat st {};
     bool exists = stat(o.program.c_str(), &st) == 0;
     std::string file = o.program;
-    if (!exists && o.program.find('/') == std::string::npos) {
-      file = findExecutable(o.program, path);
-      exists = !file.empty();
+    if (o.program.find('/') == std::string::npos && (!exists || S_ISDIR(st.st_mode))) {
+      if (std::string onPath = findExecutable(o.program, path); !onPath.empty()) {
+        file = onPath;
+        exists = true;
+      }
     }
     if (!exists) {
       return absl::InvalidArgumentError(fmt::format("program '{}' not found", o.program));

@@ -324,6 +324,21 @@ TEST_F(WorkerCommandTest, ExecutablesRunDirectlyAndModulesUnderPythonM) {
             (std::vector<std::string>{path("python3"), "-u", "-m", "pkg.mod", "a"}));
 }
 
+TEST_F(WorkerCommandTest, AFolderOfTheProgramsNameInTheWorkingFolderDoesNotHideItOnPath) {
+  // `launch worker` in a source tree, whose worker/ is a folder: the worker on PATH runs.
+  auto here = std::filesystem::current_path();
+  std::filesystem::create_directories(dir_ / "cwd" / "tool");
+  std::filesystem::current_path(dir_ / "cwd");
+  auto found = command({"tool", "x"});
+  auto folderOnly = commandError({"nothing-like-it"});
+  std::filesystem::create_directories(dir_ / "cwd" / "only-a-folder");
+  auto folder = commandError({"only-a-folder"});
+  std::filesystem::current_path(here);
+  EXPECT_EQ(found, (std::vector<std::string>{path("tool"), "x"}));
+  EXPECT_NE(folderOnly.find("not found"), std::string::npos) << folderOnly;
+  EXPECT_NE(folder.find("is a directory"), std::string::npos) << folder;
+}
+
 TEST_F(WorkerCommandTest, LegacyLaunchAppendsLocalRankUnlessUseEnv) {
   EXPECT_EQ(command({"--legacy_launch=1.13", path("train.py"), "a"}),
             (std::vector<std::string>{path("python3"), "-u", path("train.py"),
