@@ -55,6 +55,9 @@ install(DIRECTORY proto/ DESTINATION ${CMAKE_INSTALL_DATADIR}/muster/proto COMPO
 install(DIRECTORY deploy/slurm deploy/k8s DESTINATION ${CMAKE_INSTALL_DATADIR}/muster
         COMPONENT runtime)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# The pages the README links to, with the figures they show, as they lie beside it in the tree.
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT runtime
+        FILES_MATCHING PATTERN "*.md" PATTERN "*.svg")
 
 # The systemd unit where systemd looks under the prefix (/usr/lib/systemd/system for a
 # package, /usr/local/lib/systemd/system for a source install), its ExecStart= and

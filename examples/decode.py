@@ -10,7 +10,7 @@ number of ranks.
 
 Input: an SST-2-style TSV with a header; the first column is the sentence (a second column
 of 0/1 labels, when present, is scored). Needs PYTHONPATH to hold muster's python/ folder, or
-muster installed (see the README).
+muster installed (docs/python.md says how).
 """
 
 import argparse
