@@ -25,20 +25,19 @@
 #include "rendezvous/store_client.h"
 
 namespace muster::launcher {
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace {
-
-auto logger() {
-  static auto l = log::get("launch");
-  return l;
-}
 
 // How long launch, once done, waits for a report to the rendezvous that is still on its way.
 constexpr Millis kLastReportWait{2000};
 
 }  // namespace
+
+std::shared_ptr<spdlog::logger> Agent::logger() {
+  static auto l = log::get("launch");
+  return l;
+}
 
 Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
              std::vector<std::string> command)
@@ -118,174 +117,6 @@ void Agent::settleThreads() {
   }
 }
 
-absl::Status Agent::prepareMultiNode() {
-  std::string host;
-  int port = 0;
-  if (options_.rdzvBackend == "static") {
-    host = options_.masterAddr;
-    port = options_.masterPort;
-    hostsStore_ = options_.nodeRank == 0;
-  } else {
-    if (options_.rdzvEndpoint.empty()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT (node 0's address, or a rendezvousd)",
-          options_.rdzvBackend));
-    }
-    host = options_.rdzvHost;
-    port = options_.rdzvPort;
-    // A TLS endpoint is a rendezvousd: launch's own rendezvous speaks plaintext.
-    hostsStore_ = options_.rdzvTlsCa.empty() &&
-                  options_.rdzvConf.isHost.value_or(port == 0 || net::isLocalHost(host));
-  }
-  if (!options_.rdzvTlsCa.empty()) {
-    auto ca = readFile(options_.rdzvTlsCa, "TLS CA");
-    if (!ca.ok()) {
-      return absl::InvalidArgumentError(
-          fmt::format("--rdzv_tls_ca: {}", std::string(ca.status().message())));
-    }
-    tlsCaPem_ = *ca;
-  }
-  endpoint_ = net::joinHostPort(host, port);
-  if (hostsStore_) {
-    // Port 0: this node hosts the rendezvous on a free port (a one-node job). A one-node job
-    // binds only the endpoint's own address; others every address.
-    rendezvous::ServerOptions server;
-    server.host = options_.maxNodes == 1 && options_.rdzvBackend != "static" ? host : "0.0.0.0";
-    server.port = port;
-    server.token = layout_.token;
-    // On a free port of the same address; a client that cannot reach it stays on gRPC.
-    server.directPort = 0;
-    auto started = rendezvous::RendezvousServer::start(server);
-    if (!started.ok()) {
-      if (options_.rdzvBackend == "static") return started.status();
-      // A c10d endpoint that is taken may be a standalone rendezvousd: use it.
-      logger()->info("{}; joining the rendezvous already there",
-                     std::string(started.status().message()));
-      hostsStore_ = false;
-    } else {
-      store_ = std::move(*started);
-      if (port == 0) {
-        port = store_->port();
-        endpoint_ = net::joinHostPort(host, port);
-      }
-    }
-  }
-  NodeRendezvous::Node node;
-  node.runId = layout_.runId;
-  node.nodeId = fmt::format("{}-{}-{}", net::hostName(), getpid(), randomHex(2));
-  // The address the others (and the workers) reach this node at: --local_addr; for one node,
-  // torchrun's socket.getfqdn() when it resolves; else the local end of the route to the
-  // rendezvous (a name may not resolve, or resolve to 127.0.1.1, on another host).
-  node.host = options_.localAddr;
-  if (node.host.empty() && options_.maxNodes == 1 && !net::routeAddress(net::canonicalHostName(), 9).empty()) {
-    node.host = net::canonicalHostName();
-  }
-  if (node.host.empty()) node.host = net::routeAddress(host, port);
-  if (node.host.empty()) node.host = net::canonicalHostName();
-  node.localWorldSize = options_.localWorldSize;
-  node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;
-  node.minNodes = options_.minNodes;
-  node.maxNodes = options_.maxNodes;
-  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, node, options_.rdzvConf,
-                                           tlsCaPem_, options_.rdzvTlsServerName);
-  logger()->info("node {} ({}) joins run '{}' at {}{}", node.nodeId, node.host, layout_.runId,
-                 endpoint_, hostsStore_ ? " (hosted here)" : "");
-  if (options_.agentStore) {
-    // Every node holds a port for the workers' store; the round's group rank 0 serves it. A
-    // one-node job binds only the address its workers use.
-    if (auto s = holdWorkerPort(options_.maxNodes == 1 ? node.host : "", 0); !s.ok()) return s;
-  }
-  settleThreads();
-  return absl::OkStatus();
-}
-
-void Agent::startJoin() {
-  joinStarted_ = std::chrono::steady_clock::now();
-  rdzv_->join(options_.agentStore ? workerPort_ : net::freeTcpPort(), standaloneService_,
-              [this](absl::StatusOr<muster::v1::Assignment> result) { onJoined(std::move(result)); });
-}
-
-void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
-  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
-  if (!result.ok()) {
-    std::fprintf(stderr, "launch: rendezvous at %s failed: %s\n", endpoint_.c_str(),
-                 std::string(result.status().message()).c_str());
-    finish(1);
-    return;
-  }
-  const auto& a = *result;
-  at_.round = a.round();
-  at_.groupRank = a.group_rank();
-  at_.groupWorldSize = a.group_world_size();
-  at_.worldSize = a.world_size();
-  at_.rankOffset = a.rank_offset();
-  at_.masterAddr = a.master_addr();
-  at_.masterPort = a.master_port();
-  standaloneService_ = a.standalone_service();
-  localDone_ = false;
-  remote_ = Remote::kNone;
-  emitRendezvousEvents(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count());
-  if (at_.groupRank == 0 && options_.agentStore) {
-    if (auto s = serveWorkerStore(); !s.ok()) {
-      std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
-      report(false, std::string(s.message()));
-      finish(1);
-      return;
-    }
-  }
-  logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}", at_.round,
-                 at_.groupRank, at_.groupWorldSize, at_.rankOffset, at_.rankOffset + options_.localWorldSize - 1, at_.worldSize,
-                 net::joinHostPort(at_.masterAddr, at_.masterPort));
-  // Watch before the workers start, so that losing this node is seen through its watch at once.
-  rdzv_->watch(at_.round, [this](const muster::v1::RoundEvent& e) { onRemoteEvent(e); },
-               [this](const std::string& why) { onRemoteError(why); },
-               [this](uint64_t request) { onStacksAsked(request); });
-  if (options_.sharedDir.empty()) {
-    onProbed(absl::OkStatus());  // only a given --shared_dir is probed
-    return;
-  }
-  SharedDirProbe probe{.endpoint = endpoint_,
-                       .token = layout_.token,
-                       .tlsCaPem = tlsCaPem_,
-                       .tlsServerName = options_.rdzvTlsServerName,
-                       .storeNamespace = fmt::format("{}/{}/probe", layout_.runId, at_.round),
-                       .file = (fs::path(layout_.sharedDir) / layout_.jobId / fmt::format(".node-probe-{}", at_.round)).string(),
-                       .sharedDir = layout_.sharedDir,
-                       .nodeHost = rdzv_->node().host,
-                       .groupRank = at_.groupRank,
-                       .groupWorldSize = at_.groupWorldSize,
-                       .timeout = options_.rdzvConf.joinTimeout};
-  stopProbe();
-  probeCancelled_ = false;
-  probeThread_ = std::thread([this, probe] {
-    auto status = probeSharedDir(probe, probeCancelled_);
-    asio::post(io_, [this, status] { onProbed(status); });
-  });
-}
-
-void Agent::onProbed(const absl::Status& shared) {
-  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
-  if (!shared.ok()) {
-    std::fprintf(stderr, "launch: %s\n", std::string(shared.message()).c_str());
-    report(false, std::string(shared.message()));
-    finish(1);
-    return;
-  }
-  auto status = startRound();
-  if (!status.ok()) {
-    std::fprintf(stderr, "launch: %s\n", std::string(status.message()).c_str());
-    report(false, std::string(status.message()));
-    finish(1);
-    return;
-  }
-}
-
-void Agent::stopProbe() {
-  probeCancelled_ = true;
-  if (probeThread_.joinable()) probeThread_.join();
-}
-
 absl::Status Agent::holdWorkerPort(const std::string& host, int port) {
   std::string why;
   workerPortFd_ = net::listenTcp(host, port, why);
@@ -313,61 +144,6 @@ absl::Status Agent::serveWorkerStore() {
   }
   front_->setRound(at_.round);
   return absl::OkStatus();
-}
-
-void Agent::report(bool succeeded, const std::string& message, std::function<void()> then) {
-  if (!rdzv_) {
-    if (then) then();
-    return;
-  }
-  rdzv_->report(at_.round, succeeded, message, [this, then = std::move(then)] {
-    if (then) then();
-    // finish() leaves the loop running until the last report is out.
-    if (stopping_ == Stopping::kDone && rdzv_->pendingReports() == 0) io_.stop();
-  });
-}
-
-void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
-  if (stopping_ == Stopping::kDone || e.round() != at_.round) return;
-  using K = muster::v1::RoundEvent;
-  if (e.kind() == K::JOB_SUCCEEDED) {
-    rdzv_->stopWatch();
-    logger()->info("every node succeeded");
-    finish(0);
-    return;
-  }
-  remote_ = e.kind() == K::NODE_WAITING ? Remote::kWaiting : e.kind() == K::NODE_FAILED ? Remote::kFailed : Remote::kLost;
-  remoteWhy_ = e.message().empty() ? fmt::format("node {} ended the round", e.host()) : e.message();
-  if (e.kind() == K::NODE_FAILED) remoteWhy_ = fmt::format("node {} (group rank {}) failed: {}", e.host(), e.group_rank(), e.message());
-  if (stopping_ == Stopping::kFailure) return;  // our own failure is being handled
-  if (e.kind() != K::NODE_WAITING && at_.restartCount >= options_.maxRestarts && !failureAnnounced_) {
-    // Say it now, not once the workers are down: under srun --kill-on-bad-exit the failed
-    // node's exit gets this launch killed soon after.
-    std::fprintf(stderr, "launch: the job failed: %s; stopping this node's workers\n", remoteWhy_.c_str());
-    std::fflush(stderr);
-    failureAnnounced_ = true;
-  }
-  stopForRemote();
-}
-
-void Agent::stopForRemote() {
-  if (localDone_ || (group_ && group_->settled())) {
-    stopping_ = Stopping::kRemote;
-    onRoundSettled();
-    return;
-  }
-  if (stopping_ == Stopping::kNo) {
-    stopping_ = Stopping::kRemote;
-    stopStarted_ = std::chrono::steady_clock::now();
-    stopGroup(SIGTERM, remoteWhy_);
-  }
-}
-
-void Agent::onRemoteError(const std::string& why) {
-  if (stopping_ == Stopping::kDone) return;
-  remote_ = Remote::kGone;
-  remoteWhy_ = why;
-  stopForRemote();
 }
 
 absl::Status Agent::startRound() {
@@ -626,50 +402,6 @@ void Agent::restartOrEnd() {
   finish(1);
 }
 
-void Agent::reapOrphans() {
-  // launch is a child subreaper: a worker's descendants whose parent died come to it. Reap
-  // them as they exit (peeking first, so that a worker's exit stays the group's to reap).
-  while (true) {
-    siginfo_t info{};
-    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
-    pid_t pid = info.si_pid;
-    if (group_ && group_->owns(pid)) {
-      group_->reap();
-      if (group_ && group_->owns(pid)) return;  // not reapable yet
-      continue;
-    }
-    waitpid(pid, nullptr, WNOHANG);
-  }
-}
-
-void Agent::killLeftovers() {
-  // Every process below launch, but the orphan guard, once the round's workers have all
-  // exited: daemons that left their worker's process group (setsid, double fork) came to
-  // launch as their subreaper, and go with the round.
-  // Pass after pass until one finds nothing new: what a killed one had below it comes to
-  // launch as it dies, and what forked during a pass is seen by the next.
-  std::vector<pid_t> killed;
-  std::set<pid_t> seen;
-  for (int pass = 0; pass < 8; ++pass) {
-    auto leftovers = descendantsOf(getpid(), reaper_.pid());
-    if (!leftovers.ok()) {
-      logger()->warn("could not look for processes the workers left behind: {}",
-                     std::string(leftovers.status().message()));
-      break;
-    }
-    size_t before = killed.size();
-    for (pid_t p : *leftovers) {
-      kill(p, SIGKILL);
-      if (seen.insert(p).second) killed.push_back(p);
-    }
-    if (killed.size() == before) break;
-  }
-  if (killed.empty()) return;
-  logger()->warn("killed {} process(es) the workers left behind outside their process groups "
-                 "(pids {}): a daemon (setsid, double fork) does not outlive the job",
-                 killed.size(), fmt::join(killed, ","));
-}
-
 void Agent::dropRound() {
   // The next round gets a fresh namespace and channel directory (a restarted rendezvousd may
   // hand out the same round number again).
@@ -679,89 +411,6 @@ void Agent::dropRound() {
   if (store_) rendezvous::LocalStore(store_->memory(), ns).clear().IgnoreError();
   if (frontMemory_ && (!store_ || frontMemory_ != store_->memory())) {
     rendezvous::LocalStore(frontMemory_, ns).clear().IgnoreError();
-  }
-}
-
-void Agent::printFailureReport() const {
-  // torchrun's @record hands the root cause's error file to whoever set TORCHELASTIC_ERROR_FILE
-  // for it (a scheduler); the workers' own variable is theirs (worker_specs).
-  if (auto dest = env_.find("TORCHELASTIC_ERROR_FILE");
-      rootCause_ && dest != env_.end() && !dest->second.empty()) {
-    if (auto s = handOverErrorFile(*rootCause_, dest->second); !s.ok()) {
-      logger()->error("{}", std::string(s.message()));
-    } else if (!rootCause_->errorFile.empty()) {
-      logger()->info("rank {}'s error file copied to {} (TORCHELASTIC_ERROR_FILE)",
-                     rootCause_->globalRank, dest->second);
-    }
-  }
-  std::string out = failureReport(options_.program, rootCause_, failures_,
-                                  net::canonicalHostName(), options_.torchrun);
-  if (!rootCause_ && !hangWhy_.empty()) out = fmt::format("launch: root cause: the job hung: {}\n", hangWhy_) + out;
-  std::fwrite(out.data(), 1, out.size(), stderr);
-  std::fflush(stderr);
-}
-
-void Agent::emit(ElasticEvent e) const {
-  if (options_.eventLogHandler != "console") return;
-  e.runId = layout_.runId;
-  e.role = options_.role;
-  e.hostname = net::canonicalHostName();
-  e.rdzvBackend = options_.rdzvBackend;
-  e.agentRestarts = at_.restartCount;
-  e.entryPoint = fs::path(command_.empty() ? "" : command_[0]).filename().string();
-  if (e.groupKnown && !e.groupRank) e.groupRank = at_.groupRank;
-  if (e.groupKnown && !e.groupWorldSize) e.groupWorldSize = at_.groupWorldSize;
-  e.totalRunTimeS = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched_).count();
-  std::string line = eventLine(e) + "\n";
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
-}
-
-// torchelastic records RENDEZVOUS and ASSIGN_WORKER_RANKS with the group rank and size the
-// agent held before them: none before its first round.
-void Agent::emitRendezvousEvents(double durationMs) {
-  for (const char* state : {"RENDEZVOUS", "ASSIGN_WORKER_RANKS"}) {
-    ElasticEvent e;
-    e.state = state;
-    e.durationMs = durationMs;
-    durationMs = 0.0;
-    e.groupKnown = shownGroup_.has_value();
-    if (shownGroup_) std::tie(e.groupRank, e.groupWorldSize) = *shownGroup_;
-    emit(e);
-  }
-}
-
-// As torchelastic's agent: START for each worker as it starts (no pid or exit code yet); at the
-// round's end each worker's state with the round's: a worker that exited non-zero (launch's
-// SIGTERM too) is FAILED with its error file's JSON ({"message": "<NONE>"} without one), its
-// exit code and pid; one that exited 0 is SUCCEEDED, or TERMINATED when the round failed.
-void Agent::emitWorkerEvents() {
-  if (!group_) return;
-  shownGroup_ = {at_.groupRank, at_.groupWorldSize};
-  if (options_.eventLogHandler != "console") return;
-  bool roundFailed = false;
-  for (const auto& w : group_->workers()) {
-    if (w->exit && (w->exit->code != 0 || w->exit->signal != 0)) roundFailed = true;
-  }
-  for (const auto& w : group_->workers()) {
-    ElasticEvent e;
-    e.fromWorker = true;
-    e.globalRank = w->spec.globalRank;
-    e.localRank = w->spec.localRank;
-    e.roleWorldSize = at_.worldSize;
-    e.workerId = w->pid;
-    if (!w->exit) {
-      e.state = "START";
-    } else if (w->exit->code == 0 && w->exit->signal == 0) {
-      e.state = roundFailed ? "TERMINATED" : "SUCCEEDED";
-    } else {
-      const WorkerExit& x = *w->exit;
-      e.state = "FAILED";
-      e.exitCode = x.torchrunCode();
-      e.workerPid = w->pid;
-      e.rawError = eventRawError(w->spec.errorFile, *e.exitCode, options_.torchrun);
-    }
-    emit(e);
   }
 }
 
@@ -790,46 +439,6 @@ void Agent::finish(int code) {
   reportTimer_.expires_after(kLastReportWait);
   reportTimer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && rdzv_) rdzv_->cancel();
-  });
-}
-
-void Agent::armSignals() {
-  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    if (sig == SIGCHLD) {
-      if (group_) group_->reap();
-      reapOrphans();
-    } else if ((sig == SIGUSR1 || sig == SIGUSR2) &&
-               std::find(options_.stopSignals.begin(), options_.stopSignals.end(), sig) ==
-                   options_.stopSignals.end()) {
-      // Notices, not stops (Slurm's --signal=USR1@SECONDS before preemption or the time
-      // limit): pass them on and keep going; the workers decide (checkpoint, exit).
-      if (group_ && !group_->allExited()) {
-        logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
-        group_->signalAll(sig);
-      } else {
-        logger()->warn("launch got {} with no worker running; ignoring it", signalName(sig));
-      }
-    } else if (stopping_ != Stopping::kDone) {
-      if (stopping_ == Stopping::kSignal && sig == stopSignal_) {
-        // A second Ctrl-C: do not wait out the grace period.
-        logger()->warn("{} again: killing the workers now", signalName(sig));
-        if (group_) killGroup();
-      } else {
-        logger()->warn("launch got {}; forwarding it to the workers", signalName(sig));
-        if (!group_ || group_->allExited()) {
-          // Nothing running (still joining, or waiting for the other nodes): stop now.
-          if (multiNode_) report(false, fmt::format("launch got {}", signalName(sig)));
-          finish(128 + sig);
-          return;
-        }
-        stopping_ = Stopping::kSignal;
-        stopSignal_ = sig;
-        stopStarted_ = std::chrono::steady_clock::now();
-        stopGroup(sig, fmt::format("launch got {}", signalName(sig)));
-      }
-    }
-    if (stopping_ != Stopping::kDone) armSignals();
   });
 }
 

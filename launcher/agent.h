@@ -1,5 +1,9 @@
 // The agent: one per node. Hosts the store (node 0), runs rounds of workers, stops them on a
 // failure or a signal, restarts within --max_restarts, and reports the root cause.
+// Its parts, by what changes together: agent.cc (the event loop and the round state machine),
+// agent_nodes.cc (the rendezvous with other nodes), agent_watchdogs.cc (hangs, file timers and
+// roll-calls), agent_signals.cc (signals and shutdown), agent_report.cc (the failure summary
+// and torchelastic's events).
 #pragma once
 
 #include <atomic>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
 
 #include "launcher/console.h"
 #include "launcher/control_socket.h"
@@ -48,6 +53,9 @@ class Agent {
   int run();
 
  private:
+  // launch's log ("launch"), which every part of the agent writes to.
+  static std::shared_ptr<spdlog::logger> logger();
+
   absl::Status prepare();
   absl::Status prepareMultiNode();
   // OMP_NUM_THREADS=1 for the workers when several share the node and it is not set.

@@ -14,15 +14,9 @@
 #include "launcher/python_hook.h"
 
 namespace muster::launcher {
-namespace asio = boost::asio;
 namespace fs = std::filesystem;
 
 namespace {
-
-auto logger() {
-  static auto l = log::get("launch");
-  return l;
-}
 
 // The roll-call's signal: a real-time one, past those glibc and common runtimes take.
 int stacksSignal() { return SIGRTMIN + 6; }

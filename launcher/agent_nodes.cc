@@ -1,0 +1,242 @@
+// Agent: this node's side of a rendezvous with other nodes: joining a round of the service (or
+// node 0's), probing that the shared directory is shared, reporting the round's end, and the
+// service's news of other nodes (a node lost, a late joiner, a finished run).
+#include "launcher/agent.h"
+
+#include <signal.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/files.h"
+#include "common/net.h"
+
+namespace muster::launcher {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+absl::Status Agent::prepareMultiNode() {
+  std::string host;
+  int port = 0;
+  if (options_.rdzvBackend == "static") {
+    host = options_.masterAddr;
+    port = options_.masterPort;
+    hostsStore_ = options_.nodeRank == 0;
+  } else {
+    if (options_.rdzvEndpoint.empty()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT (node 0's address, or a rendezvousd)",
+          options_.rdzvBackend));
+    }
+    host = options_.rdzvHost;
+    port = options_.rdzvPort;
+    // A TLS endpoint is a rendezvousd: launch's own rendezvous speaks plaintext.
+    hostsStore_ = options_.rdzvTlsCa.empty() &&
+                  options_.rdzvConf.isHost.value_or(port == 0 || net::isLocalHost(host));
+  }
+  if (!options_.rdzvTlsCa.empty()) {
+    auto ca = readFile(options_.rdzvTlsCa, "TLS CA");
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("--rdzv_tls_ca: {}", std::string(ca.status().message())));
+    }
+    tlsCaPem_ = *ca;
+  }
+  endpoint_ = net::joinHostPort(host, port);
+  if (hostsStore_) {
+    // Port 0: this node hosts the rendezvous on a free port (a one-node job). A one-node job
+    // binds only the endpoint's own address; others every address.
+    rendezvous::ServerOptions server;
+    server.host = options_.maxNodes == 1 && options_.rdzvBackend != "static" ? host : "0.0.0.0";
+    server.port = port;
+    server.token = layout_.token;
+    // On a free port of the same address; a client that cannot reach it stays on gRPC.
+    server.directPort = 0;
+    auto started = rendezvous::RendezvousServer::start(server);
+    if (!started.ok()) {
+      if (options_.rdzvBackend == "static") return started.status();
+      // A c10d endpoint that is taken may be a standalone rendezvousd: use it.
+      logger()->info("{}; joining the rendezvous already there",
+                     std::string(started.status().message()));
+      hostsStore_ = false;
+    } else {
+      store_ = std::move(*started);
+      if (port == 0) {
+        port = store_->port();
+        endpoint_ = net::joinHostPort(host, port);
+      }
+    }
+  }
+  NodeRendezvous::Node node;
+  node.runId = layout_.runId;
+  node.nodeId = fmt::format("{}-{}-{}", net::hostName(), getpid(), randomHex(2));
+  // The address the others (and the workers) reach this node at: --local_addr; for one node,
+  // torchrun's socket.getfqdn() when it resolves; else the local end of the route to the
+  // rendezvous (a name may not resolve, or resolve to 127.0.1.1, on another host).
+  node.host = options_.localAddr;
+  if (node.host.empty() && options_.maxNodes == 1 && !net::routeAddress(net::canonicalHostName(), 9).empty()) {
+    node.host = net::canonicalHostName();
+  }
+  if (node.host.empty()) node.host = net::routeAddress(host, port);
+  if (node.host.empty()) node.host = net::canonicalHostName();
+  node.localWorldSize = options_.localWorldSize;
+  node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;
+  node.minNodes = options_.minNodes;
+  node.maxNodes = options_.maxNodes;
+  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, node, options_.rdzvConf,
+                                           tlsCaPem_, options_.rdzvTlsServerName);
+  logger()->info("node {} ({}) joins run '{}' at {}{}", node.nodeId, node.host, layout_.runId,
+                 endpoint_, hostsStore_ ? " (hosted here)" : "");
+  if (options_.agentStore) {
+    // Every node holds a port for the workers' store; the round's group rank 0 serves it. A
+    // one-node job binds only the address its workers use.
+    if (auto s = holdWorkerPort(options_.maxNodes == 1 ? node.host : "", 0); !s.ok()) return s;
+  }
+  settleThreads();
+  return absl::OkStatus();
+}
+
+void Agent::startJoin() {
+  joinStarted_ = std::chrono::steady_clock::now();
+  rdzv_->join(options_.agentStore ? workerPort_ : net::freeTcpPort(), standaloneService_,
+              [this](absl::StatusOr<muster::v1::Assignment> result) { onJoined(std::move(result)); });
+}
+
+void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
+  if (!result.ok()) {
+    std::fprintf(stderr, "launch: rendezvous at %s failed: %s\n", endpoint_.c_str(),
+                 std::string(result.status().message()).c_str());
+    finish(1);
+    return;
+  }
+  const auto& a = *result;
+  at_.round = a.round();
+  at_.groupRank = a.group_rank();
+  at_.groupWorldSize = a.group_world_size();
+  at_.worldSize = a.world_size();
+  at_.rankOffset = a.rank_offset();
+  at_.masterAddr = a.master_addr();
+  at_.masterPort = a.master_port();
+  standaloneService_ = a.standalone_service();
+  localDone_ = false;
+  remote_ = Remote::kNone;
+  emitRendezvousEvents(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count());
+  if (at_.groupRank == 0 && options_.agentStore) {
+    if (auto s = serveWorkerStore(); !s.ok()) {
+      std::fprintf(stderr, "launch: %s\n", std::string(s.message()).c_str());
+      report(false, std::string(s.message()));
+      finish(1);
+      return;
+    }
+  }
+  logger()->info("round {}: node rank {} of {}, ranks {}-{} of world size {}; workers' store at {}", at_.round,
+                 at_.groupRank, at_.groupWorldSize, at_.rankOffset, at_.rankOffset + options_.localWorldSize - 1, at_.worldSize,
+                 net::joinHostPort(at_.masterAddr, at_.masterPort));
+  // Watch before the workers start, so that losing this node is seen through its watch at once.
+  rdzv_->watch(at_.round, [this](const muster::v1::RoundEvent& e) { onRemoteEvent(e); },
+               [this](const std::string& why) { onRemoteError(why); },
+               [this](uint64_t request) { onStacksAsked(request); });
+  if (options_.sharedDir.empty()) {
+    onProbed(absl::OkStatus());  // only a given --shared_dir is probed
+    return;
+  }
+  SharedDirProbe probe{.endpoint = endpoint_,
+                       .token = layout_.token,
+                       .tlsCaPem = tlsCaPem_,
+                       .tlsServerName = options_.rdzvTlsServerName,
+                       .storeNamespace = fmt::format("{}/{}/probe", layout_.runId, at_.round),
+                       .file = (fs::path(layout_.sharedDir) / layout_.jobId / fmt::format(".node-probe-{}", at_.round)).string(),
+                       .sharedDir = layout_.sharedDir,
+                       .nodeHost = rdzv_->node().host,
+                       .groupRank = at_.groupRank,
+                       .groupWorldSize = at_.groupWorldSize,
+                       .timeout = options_.rdzvConf.joinTimeout};
+  stopProbe();
+  probeCancelled_ = false;
+  probeThread_ = std::thread([this, probe] {
+    auto status = probeSharedDir(probe, probeCancelled_);
+    asio::post(io_, [this, status] { onProbed(status); });
+  });
+}
+
+void Agent::onProbed(const absl::Status& shared) {
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return;
+  if (!shared.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(shared.message()).c_str());
+    report(false, std::string(shared.message()));
+    finish(1);
+    return;
+  }
+  auto status = startRound();
+  if (!status.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(status.message()).c_str());
+    report(false, std::string(status.message()));
+    finish(1);
+    return;
+  }
+}
+
+void Agent::stopProbe() {
+  probeCancelled_ = true;
+  if (probeThread_.joinable()) probeThread_.join();
+}
+
+void Agent::report(bool succeeded, const std::string& message, std::function<void()> then) {
+  if (!rdzv_) {
+    if (then) then();
+    return;
+  }
+  rdzv_->report(at_.round, succeeded, message, [this, then = std::move(then)] {
+    if (then) then();
+    // finish() leaves the loop running until the last report is out.
+    if (stopping_ == Stopping::kDone && rdzv_->pendingReports() == 0) io_.stop();
+  });
+}
+
+void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
+  if (stopping_ == Stopping::kDone || e.round() != at_.round) return;
+  using K = muster::v1::RoundEvent;
+  if (e.kind() == K::JOB_SUCCEEDED) {
+    rdzv_->stopWatch();
+    logger()->info("every node succeeded");
+    finish(0);
+    return;
+  }
+  remote_ = e.kind() == K::NODE_WAITING ? Remote::kWaiting : e.kind() == K::NODE_FAILED ? Remote::kFailed : Remote::kLost;
+  remoteWhy_ = e.message().empty() ? fmt::format("node {} ended the round", e.host()) : e.message();
+  if (e.kind() == K::NODE_FAILED) remoteWhy_ = fmt::format("node {} (group rank {}) failed: {}", e.host(), e.group_rank(), e.message());
+  if (stopping_ == Stopping::kFailure) return;  // our own failure is being handled
+  if (e.kind() != K::NODE_WAITING && at_.restartCount >= options_.maxRestarts && !failureAnnounced_) {
+    // Say it now, not once the workers are down: under srun --kill-on-bad-exit the failed
+    // node's exit gets this launch killed soon after.
+    std::fprintf(stderr, "launch: the job failed: %s; stopping this node's workers\n", remoteWhy_.c_str());
+    std::fflush(stderr);
+    failureAnnounced_ = true;
+  }
+  stopForRemote();
+}
+
+void Agent::stopForRemote() {
+  if (localDone_ || (group_ && group_->settled())) {
+    stopping_ = Stopping::kRemote;
+    onRoundSettled();
+    return;
+  }
+  if (stopping_ == Stopping::kNo) {
+    stopping_ = Stopping::kRemote;
+    stopStarted_ = std::chrono::steady_clock::now();
+    stopGroup(SIGTERM, remoteWhy_);
+  }
+}
+
+void Agent::onRemoteError(const std::string& why) {
+  if (stopping_ == Stopping::kDone) return;
+  remote_ = Remote::kGone;
+  remoteWhy_ = why;
+  stopForRemote();
+}
+
+}  // namespace muster::launcher
