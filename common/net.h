@@ -10,10 +10,12 @@ namespace muster::net {
 // "host:port", an IPv6 literal in brackets: "[::1]:29400" (one already in brackets stays so).
 std::string joinHostPort(const std::string& host, int port);
 
-// HOST, HOST:PORT, [IPV6] or [IPV6]:PORT, as torchrun's parse_rendezvous_endpoint reads them:
-// the host (brackets taken off) and the port when there is one. nullopt for anything else: an
-// empty host, an IPv6 literal without brackets (":" twice), a port that is not 0-65535, text
-// after "]" that is not ":PORT".
+// HOST, HOST:PORT, [IPV6] or [IPV6]:PORT: the host (brackets taken off) and the port when there
+// is one. nullopt for anything else: an empty host, an IPv6 literal without brackets (":"
+// twice), a port that is not 0-65535, text after "]" that is not ":PORT". torchrun's
+// parse_rendezvous_endpoint reads the same forms, but splits "::1:29400" at its last colon,
+// where this asks for brackets; it checks the host's characters, which this leaves to the
+// resolver (a zone, "fe80::1%eth0", is kept).
 struct HostPort {
   std::string host;
   std::optional<int> port;

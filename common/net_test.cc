@@ -13,7 +13,7 @@ TEST(HostPort, JoinPutsAnIpv6LiteralInBrackets) {
   EXPECT_EQ(joinHostPort("[::1]", 29400), "[::1]:29400");
 }
 
-TEST(HostPort, SplitReadsWhatTorchrunReads) {
+TEST(HostPort, SplitReadsHostsPortsAndBracketedIpv6) {
   auto plain = splitHostPort("node0:29400");
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->host, "node0");

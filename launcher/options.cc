@@ -847,7 +847,7 @@ absl::StatusOr<std::vector<std::string>> workerCommand(
     } else if (o.runPath || looksLikePython(file) || !isExecutableFile(file)) {
       auto py = python();
       if (!py.ok()) return py.status();
-      argv = {*py, "-u", o.program};
+      argv = {*py, "-u", file};  // the script found: here, or on PATH
     } else {
       argv = {file};
     }

@@ -335,6 +335,13 @@ TEST_F(WorkerCommandTest, AFolderOfTheProgramsNameInTheWorkingFolderDoesNotHideI
   auto folder = commandError({"only-a-folder"});
   std::filesystem::current_path(here);
   EXPECT_EQ(found, (std::vector<std::string>{path("tool"), "x"}));
+  // A Python script on PATH runs under Python by its path, not by the bare name (which Python
+  // would look for here, and find the folder).
+  std::filesystem::create_directories(dir_ / "cwd" / "script");
+  std::filesystem::current_path(dir_ / "cwd");
+  auto script = command({"script"});
+  std::filesystem::current_path(here);
+  EXPECT_EQ(script, (std::vector<std::string>{path("python3"), "-u", path("script")}));
   EXPECT_NE(folderOnly.find("not found"), std::string::npos) << folderOnly;
   EXPECT_NE(folder.find("is a directory"), std::string::npos) << folder;
 }
