@@ -14,14 +14,19 @@
        <!-- docs-test {"skip": "why"} -->     not here (it needs a GPU, systemd, a cluster, ...)
    "run" options: "sub": {"text": "replacement"} applied to the block first ($TMP: a fresh
    folder, $PORT: a free TCP port, $BUILD: the build tree, $SOURCE: the source tree);
-   "cwd": "source" runs it in the source tree (else in $TMP); "concurrent": true runs each command
+   "copy": [folders of the source tree] copied into $TMP, where the block runs; "concurrent":
+   true runs each command
    at once (the nodes of a job) and waits for all; "each_node": N runs a command whose comment
    says "on each node" N times at once; "env": {"NAME": "value"} for the block (the same
-   $-names); "timeout": seconds (default 300). A command ending in "&" runs in the background
-   and is stopped when the block ends. The build's programs are first on PATH.
+   $-names); "timeout": seconds (default 120). A command ending in "&" is a service the next
+   commands use: with "wait_port": true the block waits until $PORT answers, and the service
+   must still be running at the block's end (it is stopped then). The build's programs are
+   first on PATH. "$ command" lines of other fences (transcripts) have their flags checked.
 
 Prints one line per problem ("docs/page.md:LINE: ...") and exits 1 if there is any.
 """
+import contextlib
+import io
 import json
 import os
 import re
@@ -39,6 +44,20 @@ import check_links  # noqa: E402
 PROGRAMS = {"launch": "launcher/launch", "rendezvousd": "rendezvous/rendezvousd",
             "rendezvousctl": "rendezvous/rendezvousctl", "worker": "worker/worker"}
 MARK = re.compile(r"^<!--\s*docs-test\s+(\{.*\})\s*-->\s*$")
+
+
+def transcripts(path):
+    """(line number, command) of each "$ command" line in a fence that is not sh: a session's
+    transcript, whose commands are checked but not run."""
+    lines = open(path, encoding="utf-8").read().split("\n")
+    found, fence = [], None
+    for number, line in enumerate(lines, 1):
+        if line.strip().startswith("```"):
+            fence = None if fence is not None else line.strip()[3:]
+            continue
+        if fence is not None and fence not in ("sh", "bash", "console") and line.startswith("$ "):
+            found.append((number, line[2:]))
+    return found
 
 
 def sh_blocks(path):
@@ -102,6 +121,17 @@ def help_text(build, program, sub=None):
     return HELP[key]
 
 
+def option_names(text):
+    """The option names a --help lists at the start of its lines: launch's "  --x_y, --x-y V",
+    CLI11's "  -h,--help" and "  --port INT"."""
+    names = set()
+    for line in text.splitlines():
+        m = re.match(r"^\s+(-{1,2}[\w-]+(?:,\s?-{1,2}[\w-]+)*)", line)
+        if m:
+            names |= {n.strip() for n in m.group(1).split(",")}
+    return names
+
+
 def value_flags(text):
     """The flags of `launch --help` that take a value (a " V" after the names)."""
     found = set()
@@ -126,8 +156,9 @@ def check_flags(build, rel, number, command):
             j = 0
             while j < len(args) and args[j].startswith("-"):
                 flag = args[j].split("=")[0]
-                spellings = {flag, flag.replace("_", "-"), flag.replace("-", "_").replace("__", "--", 1)}
-                if not any(re.search(r"(^|[\s,])" + re.escape(s) + r"($|[\s,])", text, re.M) for s in spellings):
+                spellings = {flag, "--" + flag[2:].replace("_", "-"), "--" + flag[2:].replace("-", "_")} \
+                    if flag.startswith("--") else {flag}
+                if not spellings & option_names(text):
                     problems.append(f"{rel}:{number}: launch has no flag {flag} (launch --help)")
                 j += 2 if "=" not in args[j] and spellings & takes else 1
             if j < len(args) and program_of(args[j]):  # launch ... worker train --config
@@ -137,10 +168,11 @@ def check_flags(build, rel, number, command):
         texts = help_text(build, program)
         if sub and re.search(r"^\s+" + re.escape(sub) + r"\b", texts, re.M):
             texts += help_text(build, program, sub)
+        known = option_names(texts)
         for a in args:
             if a.startswith("--"):
                 flag = a.split("=")[0]
-                if not re.search(re.escape(flag) + r"\b", texts):
+                if flag not in known:
                     problems.append(f"{rel}:{number}: {program} has no flag {flag} ({program}"
                                     f"{' ' + sub if sub else ''} --help)")
         return problems
@@ -165,22 +197,36 @@ def script_of(body, opts, names):
         text = text.replace(a, expand(b, names))
     cmds = [c for c in commands(text.split("\n")) if c.strip() and not c.lstrip().startswith("#")]
     lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT"]
+    for folder in opts.get("copy", []):
+        lines.append(f"cp -r {shlex.quote(os.path.join(names['$SOURCE'], folder))} .")
     if opts.get("concurrent"):
         for k, c in enumerate(cmds):
             lines.append(f"( {c} ) & p{k}=$!")
         lines += [f"wait $p{k}" for k in range(len(cmds))]
         return "\n".join(lines)
+    daemons = []
     for c in cmds:
+        code = c.split(" #")[0].rstrip()
         if "on each node" in c and opts.get("each_node"):
-            code = c.split(" #")[0]
             n = int(opts["each_node"])
             lines += [f"( {code} ) & n{k}=$!" for k in range(n)] + [f"wait $n{k}" for k in range(n)]
+        elif code.endswith("&"):
+            # A service the next commands use: it must come up, and still be up at the end.
+            k = len(daemons)
+            daemons.append(f"d{k}")
+            lines.append(f"{code} d{k}=$!")
+            if opts.get("wait_port"):
+                lines.append(f"for i in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/{names['$PORT']}) "
+                             f"2>/dev/null && break; kill -0 $d{k} || exit 1; sleep 0.05; done")
         else:
             lines.append(c)
+    lines += [f'kill -0 ${d} || {{ echo "a background service of the block is gone"; exit 1; }}'
+              for d in daemons]
     return "\n".join(lines)
 
 
 def run_block(source, build, rel, number, body, opts):
+    timeout = float(opts.get("timeout", 120))
     with tempfile.TemporaryDirectory(prefix="muster-docs-") as tmp:
         names = {"$TMP": tmp, "$PORT": str(free_port()), "$BUILD": build, "$SOURCE": source}
         script = script_of(body, opts, names)
@@ -188,15 +234,14 @@ def run_block(source, build, rel, number, body, opts):
         env.update({k: expand(v, names) for k, v in opts.get("env", {}).items()})
         env["PATH"] = os.pathsep.join(os.path.join(build, os.path.dirname(p)) for p in PROGRAMS.values()) \
             + os.pathsep + env.get("PATH", "")
-        cwd = source if opts.get("cwd") == "source" else tmp
-        p = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE,
+        p = subprocess.Popen(["bash", "-c", script], cwd=tmp, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            out, _ = p.communicate(timeout=float(opts.get("timeout", 300)))
+            out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             out, _ = p.communicate()
-            return [f"{rel}:{number}: the block did not end within {opts.get('timeout', 300)} s:\n"
+            return [f"{rel}:{number}: the block did not end within {timeout:g} s:\n{script}\n--- output:\n"
                     + out.decode(errors="replace")[-3000:]]
         finally:
             try:
@@ -206,8 +251,15 @@ def run_block(source, build, rel, number, body, opts):
         if p.returncode != 0:
             return [f"{rel}:{number}: the block exited {p.returncode}:\n{script}\n--- output:\n"
                     + out.decode(errors="replace")[-3000:]]
-        print(f"ran {rel}:{number}")
+        print(f"ran {rel}:{number}", flush=True)
         return []
+
+
+def say(found):
+    """Prints problems as they are found (a test killed at its timeout still shows them)."""
+    for line in found:
+        print(line, flush=True)
+    return found
 
 
 def main():
@@ -217,39 +269,37 @@ def main():
     source, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     sys.argv = [sys.argv[0], source]
     problems = []
-    import io
-    import contextlib
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         links_rc = check_links.main()
-    problems += [l for l in said.getvalue().splitlines() if l]
+    problems += say([line for line in said.getvalue().splitlines() if line])
     if links_rc and not problems:
-        problems.append("check_links.py failed")
+        problems += say(["check_links.py failed"])
     ran = 0
     for path in check_links.markdown_files(source):
         rel = os.path.relpath(path, source)
+        for number, command in transcripts(path):
+            problems += say(check_flags(build, rel, number, command))
         for number, body, mark in sh_blocks(path):
             uses = any(program_of(w) for c in commands(body) for w in words(c))
             if not uses:
                 continue
             for k, c in enumerate(commands(body)):
-                problems += check_flags(build, rel, number + k, c)
+                problems += say(check_flags(build, rel, number + k, c))
             if mark is None:
-                problems.append(f"{rel}:{number}: a block that runs muster's programs needs a "
-                                '<!-- docs-test {"run": {...}} --> or {"skip": "why"} mark above it')
+                problems += say([f"{rel}:{number}: a block that runs muster's programs needs a "
+                                 '<!-- docs-test {"run": {...}} --> or {"skip": "why"} mark above it'])
                 continue
             try:
                 spec = json.loads(mark)
             except ValueError as e:
-                problems.append(f"{rel}:{number}: its docs-test mark is not JSON: {e}")
+                problems += say([f"{rel}:{number}: its docs-test mark is not JSON: {e}"])
                 continue
             if "run" in spec:
-                problems += run_block(source, build, rel, number, body, spec["run"])
+                problems += say(run_block(source, build, rel, number, body, spec["run"]))
                 ran += 1
             elif not spec.get("skip"):
-                problems.append(f"{rel}:{number}: a skip mark says why")
-    for p in problems:
-        print(p)
+                problems += say([f"{rel}:{number}: a skip mark says why"])
     print(f"docs: {ran} block(s) run, {len(problems)} problem(s)")
     return 1 if problems else 0
 
