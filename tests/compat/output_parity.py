@@ -134,8 +134,9 @@ def log_files(log):
 MARKED = re.compile(r"((?:\[[^\]\s]*\]|[\w-]+):)?(LINE (?:out|err) rank=\d+ (?:n=\d+|tail))")
 PREFIXED = re.compile(r"^\[[a-z]+\d+\]:")
 HEX = re.compile(r"0x[0-9a-f]+")
-# UCX's fault handler (in Debian's torch 2.6): "[host:pid:0:tid] Caught signal 11", "(tid:  N)".
-UCX = re.compile(r"(\[[\w.-]+):\d+:\d+:\d+\]|tid: +\d+")
+# UCX's fault handler (in Debian's torch 2.6): "[host:pid:0:tid] Caught signal 11", "(tid:  N)";
+# it pads the numbers to a width ("[vm:4609 :0:4609]" once pids are under 5 digits).
+UCX = re.compile(r"(\[[\w.-]+):\s*\d+\s*:\s*\d+\s*:\s*\d+\s*\]|tid: +\d+")
 
 
 def scrub(text):
