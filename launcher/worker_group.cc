@@ -381,10 +381,12 @@ bool WorkerGroup::settled() const {
 }
 
 void WorkerGroup::maybeSettled() {
-  if (settledCallback_ && settled()) {
-    auto cb = settledCallback_;
-    cb();
-  }
+  // Once: a group stays settled, and the SIGCHLDs of its leftovers (reaped by launch as child
+  // subreaper) still come through reap() after the agent has moved on to the next round.
+  if (settledFired_ || !settledCallback_ || !settled()) return;
+  settledFired_ = true;
+  auto cb = settledCallback_;
+  cb();
 }
 
 }  // namespace muster::launcher

@@ -114,7 +114,7 @@ class WorkerGroup {
 
   // Called for output from any worker (progress).
   void onOutput(std::function<void()> callback) { outputCallback_ = std::move(callback); }
-  // Called when settled() may have become true.
+  // Called once, when settled() becomes true.
   void onSettled(std::function<void()> callback) { settledCallback_ = std::move(callback); }
 
  private:
@@ -129,6 +129,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<WorkerState>> workers_;
   std::vector<std::weak_ptr<Pump>> pumps_;
   std::function<void()> settledCallback_;
+  bool settledFired_ = false;
   std::function<void()> outputCallback_;
   std::map<std::string, std::shared_ptr<int>> filtered_;  // path -> descriptor, shared by pumps
   Consoles consoles_;
