@@ -14,26 +14,18 @@ TEST(HostPort, JoinPutsAnIpv6LiteralInBrackets) {
 }
 
 TEST(HostPort, SplitReadsHostsPortsAndBracketedIpv6) {
-  auto plain = splitHostPort("node0:29400");
-  ASSERT_TRUE(plain);
-  EXPECT_EQ(plain->host, "node0");
-  EXPECT_EQ(plain->port, 29400);
-  auto bare = splitHostPort("node0");
-  ASSERT_TRUE(bare);
-  EXPECT_EQ(bare->host, "node0");
-  EXPECT_FALSE(bare->port);
-  auto v6 = splitHostPort("[fe80::1%eth0]:0");
-  ASSERT_TRUE(v6);
-  EXPECT_EQ(v6->host, "fe80::1%eth0");
-  EXPECT_EQ(v6->port, 0);
-  auto v6bare = splitHostPort("[::1]");
-  ASSERT_TRUE(v6bare);
-  EXPECT_EQ(v6bare->host, "::1");
-  EXPECT_FALSE(v6bare->port);
-  for (std::string_view text : {"[::1]:65535", "h:65535"}) {
-    auto split = splitHostPort(text);
-    ASSERT_TRUE(split) << text;
-    EXPECT_EQ(split->port, 65535);
+  struct Case {
+    std::string_view text;
+    std::string host;
+    std::optional<int> port;
+  };
+  for (const Case& c : {Case{"node0:29400", "node0", 29400}, Case{"node0", "node0", std::nullopt},
+                        Case{"[fe80::1%eth0]:0", "fe80::1%eth0", 0}, Case{"[::1]", "::1", std::nullopt},
+                        Case{"[::1]:65535", "::1", 65535}, Case{"h:65535", "h", 65535}}) {
+    auto split = splitHostPort(c.text);
+    ASSERT_TRUE(split) << c.text;
+    EXPECT_EQ(split->host, c.host) << c.text;
+    EXPECT_EQ(split->port, c.port) << c.text;
   }
 }
 

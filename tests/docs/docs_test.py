@@ -121,25 +121,15 @@ def help_text(build, program, sub=None):
     return HELP[key]
 
 
-def option_names(text):
-    """The option names a --help lists at the start of its lines: launch's "  --x_y, --x-y V",
-    CLI11's "  -h,--help" and "  --port INT"."""
-    names = set()
+def help_options(text):
+    """{option name: takes a value} for the options a --help lists at the start of its lines:
+    launch's "  --x_y, --x-y V" (V: a value), CLI11's "  -h,--help" and "  --port INT"."""
+    options = {}
     for line in text.splitlines():
-        m = re.match(r"^\s+(-{1,2}[\w-]+(?:,\s?-{1,2}[\w-]+)*)", line)
+        m = re.match(r"^\s+(-{1,2}[\w-]+(?:,\s?-{1,2}[\w-]+)*)(\s+V\b)?", line)
         if m:
-            names |= {n.strip() for n in m.group(1).split(",")}
-    return names
-
-
-def value_flags(text):
-    """The flags of `launch --help` that take a value (a " V" after the names)."""
-    found = set()
-    for line in text.splitlines():
-        m = re.match(r"^\s+((?:-{1,2}[\w-]+(?:, )?)+)\s+V\b", line)
-        if m:
-            found |= {n.strip() for n in m.group(1).split(",")}
-    return found
+            options.update({n.strip(): bool(m.group(2)) for n in m.group(1).split(",")})
+    return options
 
 
 def check_flags(build, rel, number, command):
@@ -151,16 +141,16 @@ def check_flags(build, rel, number, command):
             continue
         args = w[i + 1:]
         if program == "launch":
-            text = help_text(build, "launch")
-            takes = value_flags(text)
+            options = help_options(help_text(build, "launch"))
             j = 0
             while j < len(args) and args[j].startswith("-"):
                 flag = args[j].split("=")[0]
                 spellings = {flag, "--" + flag[2:].replace("_", "-"), "--" + flag[2:].replace("-", "_")} \
                     if flag.startswith("--") else {flag}
-                if not spellings & option_names(text):
+                known = spellings & options.keys()
+                if not known:
                     problems.append(f"{rel}:{number}: launch has no flag {flag} (launch --help)")
-                j += 2 if "=" not in args[j] and spellings & takes else 1
+                j += 2 if "=" not in args[j] and any(options[k] for k in known) else 1
             if j < len(args) and program_of(args[j]):  # launch ... worker train --config
                 problems += check_flags(build, rel, number, " ".join(args[j:]))
             return problems
@@ -168,7 +158,7 @@ def check_flags(build, rel, number, command):
         texts = help_text(build, program)
         if sub and re.search(r"^\s+" + re.escape(sub) + r"\b", texts, re.M):
             texts += help_text(build, program, sub)
-        known = option_names(texts)
+        known = help_options(texts)
         for a in args:
             if a.startswith("--"):
                 flag = a.split("=")[0]
