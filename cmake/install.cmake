@@ -42,10 +42,11 @@ if(TARGET muster_nccl)
   install(EXPORT musterNcclTargets NAMESPACE muster:: DESTINATION ${config_dir} COMPONENT nccl)
 endif()
 
-# Headers keep their folders: include/muster/worker/process_group.h. The worker library's
+# Headers keep their folders: include/muster/worker/process_group.h,
+# include/muster/rendezvous/store/store.h. The worker library's
 # headers (not the example programs'), and the generated wire API headers.
 install(DIRECTORY common rendezvous DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
-        FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE)
+        FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE)
 install(DIRECTORY worker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
         FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE)
 install(DIRECTORY ${MUSTER_PROTO_GEN_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster

@@ -21,8 +21,8 @@
 #include "launcher/console.h"
 #include "launcher/events.h"
 #include "launcher/processes.h"
-#include "rendezvous/local_store.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/local_store.h"
+#include "rendezvous/client/store_client.h"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;

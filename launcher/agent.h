@@ -32,8 +32,8 @@
 #include "launcher/shared_dir_probe.h"
 #include "launcher/worker_group.h"
 #include "launcher/worker_specs.h"
-#include "rendezvous/rendezvous_server.h"
-#include "rendezvous/tcpstore_front.h"
+#include "rendezvous/server/rendezvous_server.h"
+#include "rendezvous/transport/tcpstore_front.h"
 
 namespace muster::launcher {
 

@@ -14,7 +14,7 @@
 #include "common/backoff.h"
 #include "common/deadline.h"
 #include "launcher/options.h"
-#include "rendezvous/rendezvous_client.h"
+#include "rendezvous/client/rendezvous_client.h"
 
 namespace muster::launcher {
 

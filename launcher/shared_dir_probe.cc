@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "launcher/job_layout.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/client/store_client.h"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 
 #include <thread>
 
-#include "rendezvous/store_client.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/client/store_client.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace muster::worker {
 namespace {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/files.h"
-#include "rendezvous/local_store.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/local_store.h"
+#include "rendezvous/client/store_client.h"
 #include "worker/nccl_comm.h"
 #include "worker/store_options.h"
 #include "worker/worker_env.h"

@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace muster::worker {
 

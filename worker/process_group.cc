@@ -9,8 +9,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "rendezvous/local_store.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/store/local_store.h"
+#include "rendezvous/client/store_client.h"
 #include "worker/c10d_store.h"
 #include "worker/store_options.h"
 

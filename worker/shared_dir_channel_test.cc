@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "rendezvous/local_store.h"
+#include "rendezvous/store/local_store.h"
 #include "tests/support/child.h"
 #include "worker/c10d_store.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/files.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/client/store_client.h"
 #include "worker/worker_env.h"
 
 namespace muster::worker {

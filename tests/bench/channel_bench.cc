@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "rendezvous/local_store.h"
+#include "rendezvous/store/local_store.h"
 #include "tests/bench/bench_process.h"
 #include "worker/c10d_store.h"
 #include "worker/shared_dir_channel.h"

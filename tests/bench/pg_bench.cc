@@ -16,8 +16,8 @@
 
 #include "common/log.h"
 #include "common/net.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/client/store_client.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "tests/bench/bench_process.h"
 #include "worker/c10d_store.h"
 

@@ -22,8 +22,8 @@
 
 #include "common/log.h"
 #include "muster/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/rendezvous_client.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/client/rendezvous_client.h"
+#include "rendezvous/server/rendezvous_server.h"
 #include "tests/bench/bench_process.h"
 
 namespace pb = muster::v1;

@@ -28,11 +28,11 @@
 
 #include "common/log.h"
 #include "muster/v1/store.grpc.pb.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/client/store_client.h"
 #include "common/net.h"
-#include "rendezvous/rendezvous_server.h"
-#include "rendezvous/tcpstore_front.h"
-#include "rendezvous/tcpstore_wire.h"
+#include "rendezvous/server/rendezvous_server.h"
+#include "rendezvous/transport/tcpstore_front.h"
+#include "rendezvous/transport/tcpstore_wire.h"
 #include "tests/bench/bench_process.h"
 
 namespace {

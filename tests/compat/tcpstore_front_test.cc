@@ -2,7 +2,7 @@
 // LibTorch's C++ client run the same operations against the front and against torch's
 // TCPStore server in the same test; torch 2.x's messages byte by byte over a real socket;
 // garbage, absurd lengths and clients that vanish mid-message.
-#include "rendezvous/tcpstore_front.h"
+#include "rendezvous/transport/tcpstore_front.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -20,8 +20,8 @@
 
 #include "common/contract.h"
 #include "common/net.h"
-#include "rendezvous/local_store.h"
-#include "rendezvous/tcpstore_wire.h"
+#include "rendezvous/store/local_store.h"
+#include "rendezvous/transport/tcpstore_wire.h"
 #include "tests/support/child.h"
 
 namespace muster {

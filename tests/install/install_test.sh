@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
 for f in bin/launch bin/rendezvousd bin/rendezvousctl bin/worker lib/libmuster_worker.a \
-         include/muster/worker/process_group.h include/muster/rendezvous/store.h \
+         include/muster/worker/process_group.h include/muster/rendezvous/store/store.h \
          include/muster/muster/v1/store.pb.h lib/cmake/muster/musterConfig.cmake \
          lib/cmake/muster/musterConfigVersion.cmake share/muster/slurm/muster.sbatch \
          lib/systemd/system/rendezvousd.service share/muster/k8s/rendezvousd.yaml; do

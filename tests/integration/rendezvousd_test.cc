@@ -15,7 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "muster/v1/store.grpc.pb.h"
-#include "rendezvous/store_client.h"
+#include "rendezvous/client/store_client.h"
 #include "tests/support/child.h"
 #include "tests/support/programs.h"
 #include "tests/support/metrics.h"

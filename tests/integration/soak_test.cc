@@ -11,7 +11,7 @@
 #include <fstream>
 #include <thread>
 
-#include "rendezvous/store_client.h"
+#include "rendezvous/client/store_client.h"
 #include "tests/support/child.h"
 #include "tests/support/programs.h"
 #include "tests/support/metrics.h"

@@ -54,7 +54,7 @@ holds "$deb" /usr/bin/launch /usr/bin/rendezvousd /usr/bin/rendezvousctl /usr/bi
   /usr/share/muster/slurm/muster.sbatch /usr/share/muster/k8s/rendezvousd.yaml \
   /usr/share/man/man1/launch.1.gz /usr/share/man/man1/rendezvousd.1.gz \
   /usr/share/man/man1/rendezvousctl.1.gz /usr/share/man/man1/worker.1.gz
-holds "$dev" /usr/include/muster/worker/process_group.h /usr/include/muster/rendezvous/store.h \
+holds "$dev" /usr/include/muster/worker/process_group.h /usr/include/muster/rendezvous/store/store.h \
   /usr/include/muster/muster/v1/store.pb.h /usr/lib/libmuster_worker.a \
   /usr/lib/libmuster_rendezvous.a /usr/lib/cmake/muster/musterConfig.cmake \
   /usr/lib/cmake/muster/musterTargets.cmake

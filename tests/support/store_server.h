@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "common/deadline.h"
-#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/server/rendezvous_server.h"
 
 namespace muster::testing {
 

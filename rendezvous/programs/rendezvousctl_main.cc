@@ -1,0 +1,306 @@
+// rendezvousctl: a command-line client of the store, for scripts, demos and debugging.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/escaping.h"
+#include "common/build_info.h"
+#include "common/contract.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rendezvous/rpc/grpc_channel.h"
+#include "rendezvous/client/rendezvous_client.h"
+#include "stacks/stacks.h"
+#include "rendezvous/client/store_client.h"
+
+using muster::rendezvous::ClientOptions;
+using muster::rendezvous::StoreClient;
+
+namespace {
+
+int failed(const absl::Status& status) {
+  std::fprintf(stderr, "rendezvousctl: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// One Check call, without the store's own handshake: what a liveness probe wants.
+int checkHealth(const ClientOptions& options, double timeoutS) {
+  auto channel = muster::rendezvous::makeChannel(
+      {.target = options.target, .tlsCaPem = options.tlsCaPem, .tlsServerName = options.tlsServerName});
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000)));
+  context.set_wait_for_ready(true);
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  auto status = stub->Check(&context, request, &response);
+  if (!status.ok()) {
+    std::fprintf(stderr, "rendezvousctl: health check of %s failed: %s\n", options.target.c_str(),
+                 status.error_message().c_str());
+    return 1;
+  }
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status())
+            << std::endl;
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+// `stacks --pid PID`: asks a launch on this host, through its control socket, for every rank's
+// stack, and prints the report.
+int launchStacks(long pid, double timeoutS) {
+  std::string name = muster::contract::launchControlSocket(pid);
+  sockaddr_un at{};
+  at.sun_family = AF_UNIX;
+  std::memcpy(at.sun_path, name.data(), std::min(name.size(), sizeof at.sun_path));
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  auto length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&at), length) != 0) {
+    std::fprintf(stderr, "rendezvousctl: no launch with pid %ld answers on this host (is it running, in this "
+                 "network namespace, as your user?)\n", pid);
+    if (fd >= 0) close(fd);
+    return 1;
+  }
+  const char command[] = "stacks\n";
+  if (write(fd, command, sizeof command - 1) != static_cast<ssize_t>(sizeof command - 1)) {
+    std::fprintf(stderr, "rendezvousctl: launch %ld closed its control socket\n", pid);
+    close(fd);
+    return 1;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000));
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      std::fprintf(stderr, "rendezvousctl: launch %ld did not answer within %g s (--timeout)\n", pid, timeoutS);
+      close(fd);
+      return 1;
+    }
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (out.empty()) {
+    std::fprintf(stderr, "rendezvousctl: launch %ld closed the connection without an answer\n", pid);
+    return 1;
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return out.rfind("launch: ", 0) == 0 ? 1 : 0;
+}
+
+// `stacks --run ID`: a roll-call of every node of a run through the rendezvous service.
+int runStacks(const ClientOptions& options, const std::string& runId, double timeoutS) {
+  muster::rendezvous::RendezvousClient client(options.target, options.token, options.tlsCaPem, options.tlsServerName);
+  muster::v1::StacksRequest request;
+  request.set_run_id(runId);
+  // The service waits for the nodes a little less than we wait for it.
+  request.set_timeout_ms(static_cast<uint32_t>(std::max(0.1, timeoutS * 0.9) * 1000));
+  auto reply = client.stacks(request, muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000) + 2000)));
+  if (!reply.ok()) {
+    std::fprintf(stderr, "rendezvousctl: stack roll-call of run '%s' at %s failed: %s\n", runId.c_str(),
+                 options.target.c_str(), std::string(reply.status().message()).c_str());
+    return 1;
+  }
+  std::vector<muster::stacks::RankStacks> ranks;
+  for (const auto& node : reply->nodes()) {
+    try {
+      auto more = muster::stacks::fromJson(nlohmann::json::parse(node.json()));
+      ranks.insert(ranks.end(), more.begin(), more.end());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rendezvousctl: node %s sent stacks that are not muster's: %s\n", node.host().c_str(), e.what());
+    }
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::string out = muster::stacks::fullReport(
+      ranks, fmt::format("run '{}', {} node(s), asked for through the rendezvous", runId, reply->nodes_size()));
+  for (const auto& who : reply->missing()) out += fmt::format("\nnode {} did not answer within {:g} s\n", who, timeoutS);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return reply->nodes_size() > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ClientOptions options;
+  options.target = "127.0.0.1:29400";
+  std::string tokenFile, caFile;
+  double timeoutS = 30;
+  CLI::App app{"rendezvousctl: talk to a muster store (rendezvousd or launch's own)"};
+  app.set_version_flag("--version", muster::build::versionText("rendezvousctl"));
+  app.add_option("--addr", options.target, "store address HOST:PORT")->capture_default_str();
+  app.add_option("--ns", options.ns, "namespace (run id / round)");
+  app.add_option("--token-file", tokenFile, "file holding the shared token")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-ca", caFile, "PEM CA that signed the store's certificate")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-server-name", options.tlsServerName, "name to check in the certificate");
+  app.add_option("--timeout", timeoutS, "seconds to wait for connecting and for keys")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  bool escaped = false;
+  app.add_flag("--escaped", escaped,
+               "keys and values given are C-escaped (\\xff, \\0, \\n, \\\\) and values printed are "
+               "escaped the same way: any byte string, unambiguously");
+  // At most one; none is said below, after unknown flags have been (CLI11 checks a required
+  // subcommand first, and `--bogus` alone would read "A subcommand is required").
+  app.require_subcommand(0, 1);
+  std::string key, value, expected;
+  std::vector<std::string> keys;
+  int64_t delta = 1;
+  auto* set = app.add_subcommand("set", "set KEY VALUE");
+  set->add_option("key", key)->required();
+  set->add_option("value", value)->required();
+  auto* get = app.add_subcommand("get", "get KEY: wait for it and print its value");
+  get->add_option("key", key)->required();
+  auto* add = app.add_subcommand("add", "add KEY [DELTA]: print the new value");
+  add->add_option("key", key)->required();
+  add->add_option("delta", delta);
+  auto* cas = app.add_subcommand("compare-set", "compare-set KEY EXPECTED DESIRED");
+  cas->add_option("key", key)->required();
+  cas->add_option("expected", expected)->required();
+  cas->add_option("desired", value)->required();
+  auto* check = app.add_subcommand("check", "check KEY...: print true if all exist");
+  check->add_option("keys", keys)->required();
+  auto* wait = app.add_subcommand("wait", "wait KEY...: until all exist");
+  wait->add_option("keys", keys)->required();
+  auto* del = app.add_subcommand("delete", "delete KEY");
+  del->add_option("key", key)->required();
+  auto* num = app.add_subcommand("num-keys", "print how many keys the namespace holds");
+  auto* append = app.add_subcommand("append", "append KEY VALUE");
+  append->add_option("key", key)->required();
+  append->add_option("value", value)->required();
+  auto* health = app.add_subcommand(
+      "health", "ask the grpc.health.v1 service; print SERVING (exit 0) or why not (exit 1)");
+  long launchPid = 0;
+  auto* stacks = app.add_subcommand(
+      "stacks", "print the stack of every thread of every rank of a running job (a roll-call); the "
+                "job runs on");
+  std::string runId;
+  auto* byPid = stacks->add_option("--pid", launchPid, "a launch on this host: its pid")->check(CLI::PositiveNumber);
+  auto* byRun = stacks->add_option("--run", runId, "every node of this run (--rdzv_id), through the rendezvous at --addr");
+  byPid->excludes(byRun);
+  stacks->require_option(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "rendezvousctl: %s (see --help)\n", e.what());
+    return 2;
+  }
+  if (app.get_subcommands().empty()) {
+    std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
+                 "check, wait, delete, num-keys, append, health or stacks (see --help)\n");
+    return 2;
+  }
+  if (escaped) {
+    std::string error;
+    auto unescape = [&](const char* what, std::string& text) {
+      if (!error.empty()) return;
+      std::string raw, why;
+      if (absl::CUnescape(text, &raw, &why)) {
+        text = std::move(raw);
+      } else {
+        error = fmt::format("{} '{}': {}", what, text, why);
+      }
+    };
+    unescape("key", key);
+    unescape("value", value);
+    unescape("expected value", expected);
+    for (auto& k : keys) unescape("key", k);
+    if (!error.empty()) {
+      std::fprintf(stderr, "rendezvousctl: --escaped: %s\n", error.c_str());
+      return 2;
+    }
+  }
+  auto show = [escaped](const std::string& bytes) {
+    return escaped ? absl::CHexEscape(bytes) : bytes;
+  };
+  if (!tokenFile.empty()) {
+    auto token = muster::readToken(tokenFile);
+    if (!token.ok()) return failed(token.status());
+    options.token = *token;
+  }
+  if (!caFile.empty()) {
+    auto ca = muster::readFile(caFile, "TLS CA");
+    if (!ca.ok()) return failed(ca.status());
+    options.tlsCaPem = *ca;
+  }
+  auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
+  if (*health) return checkHealth(options, timeoutS);
+  if (*stacks && launchPid > 0) return launchStacks(launchPid, timeoutS);
+  if (*stacks) return runStacks(options, runId, timeoutS);
+  auto client = StoreClient::connect(options, deadline);
+  if (!client.ok()) return failed(client.status());
+  auto& store = **client;
+  if (*set) {
+    // A set is posted without waiting; the tool's answer is whether the store took it.
+    auto s = store.set(key, value);
+    if (s.ok()) s = store.flush(deadline);
+    return s.ok() ? 0 : failed(s);
+  }
+  if (*get) {
+    auto v = store.get(key, deadline);
+    if (!v.ok()) return failed(v.status());
+    std::cout << show(*v) << std::endl;
+    return 0;
+  }
+  if (*add) {
+    auto v = store.add(key, delta);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*cas) {
+    auto v = store.compareSet(key, expected, value);
+    if (!v.ok()) return failed(v.status());
+    std::cout << show(*v) << std::endl;
+    return 0;
+  }
+  if (*check) {
+    auto v = store.check(keys);
+    if (!v.ok()) return failed(v.status());
+    std::cout << (*v ? "true" : "false") << std::endl;
+    return 0;
+  }
+  if (*wait) {
+    auto s = store.wait(keys, deadline);
+    return s.ok() ? 0 : failed(s);
+  }
+  if (*del) {
+    auto v = store.deleteKey(key);
+    if (!v.ok()) return failed(v.status());
+    std::cout << (*v ? "deleted" : "absent") << std::endl;
+    return 0;
+  }
+  if (*num) {
+    auto v = store.numKeys();
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  if (*append) {
+    auto v = store.append(key, value);
+    if (!v.ok()) return failed(v.status());
+    std::cout << *v << std::endl;
+    return 0;
+  }
+  return 2;
+}
