@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/options.h"
+#include "launcher/worker_command.h"
 #include "launcher/slurm.h"
 
 extern char** environ;

@@ -1,30 +1,24 @@
 // launch's flag table and parser. Hand-written rather than CLI11: torchrun stops at the first
 // positional (the program) and passes the rest untouched, reads PET_* defaults, and takes both
-// --x_y and --x-y; a table keeps all three rules in one place.
+// --x_y and --x-y; a table keeps all three rules in one place. Each value is parsed by
+// option_values.h, the options are checked together in options_validate.cc, the host's devices
+// counted in devices.cc, and the worker's command made in worker_command.cc.
 #include "launcher/options.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cstdio>
-
-#include <cmath>
-#include <dirent.h>
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 #include <functional>
-#include <thread>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/net.h"
-#include "launcher/slurm.h"
+#include "launcher/devices.h"
+#include "launcher/option_values.h"
 
 namespace muster::launcher {
 namespace {
+
+using namespace flags;  // NOLINT: the table reads best with the short names
 
 struct Flag {
   std::vector<std::string> names;  // every spelling, e.g. --nproc_per_node --nproc-per-node
@@ -33,109 +27,6 @@ struct Flag {
   std::function<absl::Status(LaunchOptions&, const std::string&)> apply;
   std::string help;
 };
-
-absl::Status bad(const std::string& flag, const std::string& value, const std::string& expected) {
-  return absl::InvalidArgumentError(
-      fmt::format("{}={} is invalid; expected {}", flag, value, expected));
-}
-
-absl::StatusOr<int> toInt(const std::string& flag, const std::string& value, int min,
-                          const std::string& expected) {
-  try {
-    size_t used = 0;
-    long long v = std::stoll(value, &used);
-    if (used != value.size() || v < min || v > 1'000'000'000) return bad(flag, value, expected);
-    return static_cast<int>(v);
-  } catch (...) {
-    return bad(flag, value, expected);
-  }
-}
-
-absl::StatusOr<double> toSeconds(const std::string& flag, const std::string& value) {
-  try {
-    size_t used = 0;
-    double v = std::stod(value, &used);
-    if (used != value.size() || !std::isfinite(v) || v < 0) {
-      return bad(flag, value, "a number of seconds >= 0");
-    }
-    return v;
-  } catch (...) {
-    return bad(flag, value, "a number of seconds >= 0");
-  }
-}
-
-// torchrun's Std.from_str: "3" for every rank, or "0:1,1:2" per local rank (1 out, 2 err,
-// 3 both).
-absl::StatusOr<std::map<int, StdSpec>> parseStd(const std::string& flag, const std::string& value) {
-  auto one = [](int v) { return StdSpec{(v & 1) != 0, (v & 2) != 0}; };
-  std::map<int, StdSpec> out;
-  const std::string expected = "0-3, or LOCAL_RANK:0-3 pairs (e.g. 0:3,1:2)";
-  if (value.find(':') == std::string::npos) {
-    auto v = toInt(flag, value, 0, expected);
-    if (!v.ok() || *v > 3) return bad(flag, value, expected);
-    out[-1] = one(*v);
-    return out;
-  }
-  for (absl::string_view part : absl::StrSplit(value, ',')) {
-    std::vector<std::string> kv = absl::StrSplit(part, ':');
-    if (kv.size() != 2) return bad(flag, value, expected);
-    auto rank = toInt(flag, kv[0], 0, expected);
-    auto v = toInt(flag, kv[1], 0, expected);
-    if (!rank.ok() || !v.ok() || *v > 3) return bad(flag, value, expected);
-    out[*rank] = one(*v);
-  }
-  return out;
-}
-
-int countCpus() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
-
-// "TERM" -> SIGTERM, as Python's signal module names them (the inverse of signalName()).
-bool signalNumber(const std::string& abbrev, int& sig) {
-  for (int s = 1; s < NSIG; ++s) {
-    const char* name = sigabbrev_np(s);
-    if (name != nullptr && abbrev == name) {
-      sig = s;
-      return true;
-    }
-  }
-  return false;
-}
-
-// --rdzv_conf's value into its typed form: one clear line for a malformed pair or value.
-absl::Status parseRdzvConf(const std::string& v, LaunchOptions::RdzvConf& conf) {
-  conf = LaunchOptions::RdzvConf{};
-  if (v.empty()) return absl::OkStatus();
-  for (absl::string_view part : absl::StrSplit(v, ',')) {
-    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty()) return bad("--rdzv_conf", v, "KEY=VALUE pairs separated by commas");
-    const std::string &key = kv[0], &value = kv[1];
-    conf.given[key] = value;
-    auto wrong = [&](const char* expected) {
-      return absl::InvalidArgumentError(
-          fmt::format("--rdzv_conf {}={} is invalid; expected {}", key, value, expected));
-    };
-    double secs = 0;
-    if (key == "join_timeout" || key == "last_call_timeout" || key == "keep_alive_interval") {
-      if (!absl::SimpleAtod(value, &secs) || !std::isfinite(secs) || secs <= 0 || secs > 1e9) {
-        return wrong("seconds > 0");
-      }
-      Millis ms(std::max<int64_t>(1, static_cast<int64_t>(secs * 1000)));
-      (key == "join_timeout" ? conf.joinTimeout : key == "last_call_timeout" ? conf.lastCall : conf.keepAliveInterval) = ms;
-    } else if (key == "keep_alive_max_attempt") {
-      if (!absl::SimpleAtoi(value, &conf.keepAliveMaxAttempt) || conf.keepAliveMaxAttempt < 1) {
-        return wrong("a whole number >= 1");
-      }
-    } else if (key == "is_host") {
-      bool host = false;
-      if (!absl::SimpleAtob(value, &host)) return wrong("true or false (1, 0, yes, no)");
-      conf.isHost = host;
-    }
-  }
-  return absl::OkStatus();
-}
 
 std::vector<Flag> flagTable() {
   std::vector<Flag> t;
@@ -416,102 +307,7 @@ std::vector<Flag> flagTable() {
   return t;
 }
 
-// torchrun's parse_rendezvous_endpoint: HOST, HOST:PORT, [IPV6] or [IPV6]:PORT.
-absl::Status parseEndpoint(LaunchOptions& o) {
-  const std::string& v = o.rdzvEndpoint;
-  auto split = net::splitHostPort(v);
-  if (!split) {
-    size_t colon = v.find(':');
-    if (v.front() != '[' && colon != std::string::npos && v.find(':', colon + 1) != std::string::npos) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--rdzv_endpoint={} is invalid; an IPv6 address needs brackets (e.g. [::1]:29400)", v));
-    }
-    return bad("--rdzv_endpoint", v,
-               "HOST[:PORT] or [IPV6][:PORT], a port 0-65535 (e.g. node0:29400, [::1]:29400)");
-  }
-  o.rdzvHost = split->host;
-  if (split->port) o.rdzvPort = *split->port;
-  return absl::OkStatus();
-}
-
-bool isTrue(const std::string& v) { return !v.empty() && v != "0" && v != "false" && v != "False"; }
-
-absl::StatusOr<int> resolveNproc(const std::string& value,
-                                 const std::map<std::string, std::string>& env) {
-  if (value == "cpu") return countCpus();
-  if (value == "gpu") {
-    int gpus = countGpus(env);
-    if (gpus == 0) {
-      return absl::InvalidArgumentError(
-          "--nproc_per_node=gpu: this host has no usable GPU (no /dev/nvidiaN device, or "
-          "CUDA_VISIBLE_DEVICES is empty); use a number or cpu");
-    }
-    return gpus;
-  }
-  if (value == "xpu") {
-    int xpus = countXpus(env);
-    if (xpus == 0) {
-      return absl::InvalidArgumentError(
-          "--nproc_per_node=xpu: this host has no usable Intel GPU (no /dev/dri render node of "
-          "an Intel device with the i915 or xe driver, or ZE_AFFINITY_MASK is empty); use a "
-          "number, cpu or gpu");
-    }
-    return xpus;
-  }
-  if (value == "auto") {
-    int gpus = countGpus(env);
-    return gpus > 0 ? gpus : countCpus();
-  }
-  auto n = toInt("--nproc_per_node", value, 1, "an integer >= 1, gpu, xpu, cpu or auto");
-  if (!n.ok()) return n.status();
-  return *n;
-}
-
 }  // namespace
-
-int countGpus(const std::map<std::string, std::string>& env) {
-  auto it = env.find("CUDA_VISIBLE_DEVICES");
-  if (it != env.end()) {
-    int n = 0;
-    for (absl::string_view part : absl::StrSplit(it->second, ',')) {
-      // CUDA stops at the first invalid entry; "-1" hides every device.
-      if (part.empty() || part == "-1") break;
-      ++n;
-    }
-    return n;
-  }
-  int n = 0;
-  if (DIR* dir = opendir("/dev")) {
-    while (dirent* entry = readdir(dir)) {
-      std::string name = entry->d_name;
-      if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
-          name.find_first_not_of("0123456789", 6) == std::string::npos) {
-        ++n;
-      }
-    }
-    closedir(dir);
-  }
-  return n;
-}
-
-int countXpus(const std::map<std::string, std::string>& env) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/sys/class/drm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind("renderD", 0) != 0) continue;
-    std::ifstream vendor(entry.path() / "device" / "vendor");
-    std::string id;
-    vendor >> id;
-    auto driver = std::filesystem::read_symlink(entry.path() / "device" / "driver", ec).filename().string();
-    if (id == "0x8086" && (driver == "i915" || driver == "xe")) ++n;
-  }
-  if (auto it = env.find("ZE_AFFINITY_MASK"); it != env.end()) {
-    std::vector<std::string> listed = absl::StrSplit(it->second, ',', absl::SkipEmpty());
-    n = std::min(n, static_cast<int>(listed.size()));
-  }
-  return n;
-}
 
 std::vector<std::string> commaSeparatedList(const std::string& value) {
   const std::string placeholder = std::string(1, '\0');
@@ -665,199 +461,6 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
     o.logLevel = it->second;
   }
   return o;
-}
-
-absl::Status takeFromSlurm(LaunchOptions& o, const std::map<std::string, std::string>& env) {
-  if (!o.slurm) return absl::OkStatus();
-  auto step = slurmStepFromEnv(env);
-  if (!step.ok()) return step.status();
-  if (!step->has_value()) return absl::OkStatus();
-  auto took = applySlurmStep(o, **step);
-  if (!took.ok()) return took.status();
-  o.slurmJob = (*step)->jobId;
-  o.fromSlurm = *took;
-  return absl::OkStatus();
-}
-
-absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string, std::string>& env) {
-  if (o.module && o.noPython) {
-    return absl::InvalidArgumentError("--module and --no_python cannot be used together");
-  }
-  if (o.virtualLocalRank) {
-    if (auto it = env.find("CUDA_VISIBLE_DEVICES"); it != env.end()) {
-      std::vector<std::string> devices = absl::StrSplit(it->second, ',');
-      if (static_cast<int>(devices.size()) < o.localWorldSize) {
-        return absl::InvalidArgumentError(fmt::format(
-            "--virtual_local_rank gives each worker one device of CUDA_VISIBLE_DEVICES={}, but "
-            "it lists {} for {} workers per node",
-            it->second, devices.size(), o.localWorldSize));
-      }
-    }
-  }
-  if (!o.numaBinding.empty()) {
-    if (countGpus(env) == 0) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--numa_binding={} binds each worker to the CPUs near its GPU (local rank N -> GPU N), "
-          "but this host has no usable GPU (no /dev/nvidiaN, or CUDA_VISIBLE_DEVICES is empty); "
-          "drop the flag, or bind CPU workers yourself (numactl, taskset)",
-          o.numaBinding));
-    }
-    std::string path = env.count("PATH") ? env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
-    if (findExecutable("numactl", path).empty()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--numa_binding={} runs each worker under numactl, which is not on PATH (apt-get "
-          "install numactl)",
-          o.numaBinding));
-    }
-  }
-  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster") {
-    return absl::InvalidArgumentError(fmt::format(
-        "--rdzv_backend={} is not supported; expected static, c10d or muster (etcd is not "
-        "offered: run rendezvousd and use --rdzv_backend=c10d)",
-        o.rdzvBackend));
-  }
-  // torchrun >= 2.14: one node with neither a port nor an endpoint runs as --standalone, on
-  // a free port (a port Slurm gave counts as given).
-  bool portGiven = o.given.count("--master_port") > 0 ||
-                   std::any_of(o.fromSlurm.begin(), o.fromSlurm.end(), [](const std::string& f) {
-                     return f.rfind("--master_port=", 0) == 0;
-                   });
-  if (o.torchrun.oneNodeDefaultIsStandalone() && !o.standalone && o.rdzvBackend == "static" &&
-      o.rdzvEndpoint.empty() && o.maxNodes == 1 && o.nodeRank == 0 && !portGiven) {
-    o.standalone = true;
-    o.rdzvBackend = "c10d";
-  }
-  if (!o.rdzvEndpoint.empty()) {
-    if (auto s = parseEndpoint(o); !s.ok()) return s;
-    if (o.rdzvPort == 0 && o.rdzvBackend != "static" && o.maxNodes > 1) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--rdzv_endpoint={}: port 0 (a free port, hosted here) works for a one-node job only; "
-          "give the port the other nodes can find for --nnodes={}",
-          o.rdzvEndpoint, o.minNodes == o.maxNodes ? std::to_string(o.maxNodes)
-                                                   : fmt::format("{}:{}", o.minNodes, o.maxNodes)));
-    }
-  }
-  if (!o.rdzvTlsCa.empty() && (o.rdzvBackend == "static" || o.rdzvEndpoint.empty())) {
-    return absl::InvalidArgumentError(
-        "--rdzv_tls_ca joins a rendezvousd over TLS: give it with --rdzv_backend=c10d "
-        "--rdzv_endpoint=HOST:PORT (node 0's own rendezvous speaks plaintext)");
-  }
-  if (o.rdzvBackend == "static" && o.minNodes != o.maxNodes) {
-    return absl::InvalidArgumentError(fmt::format(
-        "--nnodes={}:{} needs an elastic rendezvous; add --rdzv_backend=c10d "
-        "--rdzv_endpoint=HOST:PORT",
-        o.minNodes, o.maxNodes));
-  }
-  if (o.nodeRank >= o.maxNodes && o.rdzvBackend == "static") {
-    return absl::InvalidArgumentError(fmt::format(
-        "--node_rank={} is invalid for --nnodes={}; expected 0 to {}", o.nodeRank, o.maxNodes,
-        o.maxNodes - 1));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
-                                                 const std::map<std::string, std::string>& env) {
-  auto o = parseLaunchFlags(args, env);
-  if (!o.ok() || o->showVersion) return o;
-  if (auto s = takeFromSlurm(*o, env); !s.ok()) return s;
-  if (auto s = validateLaunchOptions(*o, env); !s.ok()) return s;
-  return o;
-}
-
-}  // namespace muster::launcher
-
-namespace muster::launcher {
-namespace {
-
-bool isExecutableFile(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
-}
-
-// A file Python should run: *.py, or a "#!...python..." script.
-bool looksLikePython(const std::string& path) {
-  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".py") == 0) return true;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  char head[128] = {};
-  size_t n = std::fread(head, 1, sizeof(head) - 1, f);
-  std::fclose(f);
-  std::string first(head, n);
-  first = first.substr(0, first.find('\n'));
-  return first.rfind("#!", 0) == 0 && first.find("python") != std::string::npos;
-}
-
-}  // namespace
-
-std::string findExecutable(const std::string& name, const std::string& path) {
-  if (name.find('/') != std::string::npos) return isExecutableFile(name) ? name : "";
-  for (absl::string_view dir : absl::StrSplit(path, ':')) {
-    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
-    if (isExecutableFile(candidate)) return candidate;
-  }
-  return "";
-}
-
-absl::StatusOr<std::vector<std::string>> workerCommand(
-    const LaunchOptions& o, const std::map<std::string, std::string>& env) {
-  std::string path = env.count("PATH") ? env.at("PATH") : "/usr/local/bin:/usr/bin:/bin";
-  auto python = [&]() -> absl::StatusOr<std::string> {
-    std::string wanted = env.count("PYTHON_EXEC") ? env.at("PYTHON_EXEC") : "python3";
-    std::string found = findExecutable(wanted, path);
-    if (found.empty()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "Python interpreter '{}' not found; set PYTHON_EXEC to the Python that has your "
-          "packages (e.g. PYTHON_EXEC=/usr/bin/python3)",
-          wanted));
-    }
-    return found;
-  };
-  std::vector<std::string> argv;
-  if (o.module) {
-    auto py = python();
-    if (!py.ok()) return py.status();
-    argv = {*py, "-u", "-m", o.program};
-  } else {
-    // A bare name is a file in the working folder (torchrun's `train.py`), else a program on
-    // PATH, as exec finds it; a folder of that name here (a source tree's worker/) does not hide
-    // the program on PATH.
-    struct stat st {};
-    bool exists = stat(o.program.c_str(), &st) == 0;
-    std::string file = o.program;
-    if (o.program.find('/') == std::string::npos && (!exists || S_ISDIR(st.st_mode))) {
-      if (std::string onPath = findExecutable(o.program, path); !onPath.empty()) {
-        file = onPath;
-        exists = true;
-      }
-    }
-    if (!exists) {
-      return absl::InvalidArgumentError(fmt::format("program '{}' not found", o.program));
-    }
-    if (stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(fmt::format("program '{}' is a directory", o.program));
-    }
-    if (o.noPython) {
-      if (!isExecutableFile(file)) {
-        return absl::InvalidArgumentError(fmt::format(
-            "program '{}' is not executable (--no_python runs it directly; chmod +x it)",
-            o.program));
-      }
-      argv = {file};
-    } else if (o.runPath || looksLikePython(file) || !isExecutableFile(file)) {
-      auto py = python();
-      if (!py.ok()) return py.status();
-      argv = {*py, "-u", file};  // the script found: here, or on PATH
-    } else {
-      argv = {file};
-    }
-  }
-  if (!o.legacyLaunch.empty() && !o.useEnv) {
-    argv.push_back(o.legacyLaunch == "2" ? "--local-rank=${local_rank}"
-                                         : "--local_rank=${local_rank}");
-  }
-  argv.insert(argv.end(), o.programArgs.begin(), o.programArgs.end());
-  return argv;
 }
 
 }  // namespace muster::launcher

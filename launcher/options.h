@@ -142,30 +142,9 @@ absl::Status validateLaunchOptions(LaunchOptions& options,
 absl::StatusOr<LaunchOptions> parseLaunchOptions(const std::vector<std::string>& args,
                                                  const std::map<std::string, std::string>& env);
 
-// GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else NVIDIA device nodes.
-int countGpus(const std::map<std::string, std::string>& env);
-
-// Intel GPUs (torch's "xpu"): DRM render nodes whose device is Intel's with the i915 or xe
-// driver; ZE_AFFINITY_MASK, when set, narrows them.
-int countXpus(const std::map<std::string, std::string>& env);
-
 // torchrun's comma_separated_list: "a,,b,c" -> {"a,b", "c"}.
 std::vector<std::string> commaSeparatedList(const std::string& value);
 
 std::string launchUsage();
-
-}  // namespace muster::launcher
-
-namespace muster::launcher {
-
-// The worker's command: argv with "${local_rank}" left for the worker group to fill in (as
-// torchrun's macros). A .py script, or an executable Python script, runs under PYTHON_EXEC (or
-// python3 on PATH) with -u, as torchrun does; -m runs a module; other executables run
-// directly. Errors (INVALID_ARGUMENT, one line): program missing, not executable, no Python.
-absl::StatusOr<std::vector<std::string>> workerCommand(
-    const LaunchOptions& options, const std::map<std::string, std::string>& env);
-
-// The executable for `name`: itself when it holds a '/', else the first match on PATH.
-std::string findExecutable(const std::string& name, const std::string& path);
 
 }  // namespace muster::launcher

@@ -1,8 +1,10 @@
 // launch's flag parsing: both spellings, = and space, PET_* defaults, the program boundary,
 // torch.distributed.launch's switch, and one clear error for bad input.
 #include "launcher/numa.h"
+#include "launcher/devices.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
+#include "launcher/worker_command.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

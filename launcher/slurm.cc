@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "launcher/options.h"
+#include "launcher/worker_command.h"
 
 namespace muster::launcher {
 namespace {

@@ -13,6 +13,7 @@
 #include "common/contract.h"
 #include "launcher/numa.h"
 #include "launcher/python_hook.h"
+#include "launcher/worker_command.h"
 
 namespace muster::launcher {
 namespace fs = std::filesystem;
