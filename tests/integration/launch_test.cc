@@ -1,5 +1,7 @@
 // launch as a real process running real workers: environment, failures and their report,
 // signals, the orphan guard, restarts, logs, and the store reachable from the workers.
+// Over 700 lines on purpose: one case per behaviour of one program, each short and alone; the
+// helpers they share are in tests/support/, and splitting by line count would scatter them.
 #include <gtest/gtest.h>
 #include <algorithm>
 #include <cstring>
