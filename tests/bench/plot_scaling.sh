@@ -41,9 +41,10 @@ if ((!plotOnly)); then
   csv csv-torch <"$out/rdzv.txt" >"$out/rdzv-torch.csv"
   csv csv-heartbeat <"$out/rdzv.txt" >"$out/rdzv-heartbeat.csv"
   "$build"/tests/bench/store_bench --startup 1024,2048,4096,8192,16384 --startup-client wire \
+    --stores tcpstore,front,grpc \
     | tee "$out/startup-wire.txt"
   csv csv <"$out/startup-wire.txt" >"$out/startup-wire.csv"
-  "$build"/tests/bench/store_bench --startup 1024,2048,4096 --startup-client torch \
+  "$build"/tests/bench/store_bench --startup 1024,2048,4096 --startup-client torch --stores tcpstore,front,grpc \
     | tee "$out/startup-torch.txt"
   csv csv <"$out/startup-torch.txt" >"$out/startup-torch.csv"
   "$build"/tests/bench/store_bench --client-counts 1,8,64 --repeat 3 | tee "$out/store.txt"

@@ -1,7 +1,9 @@
 // Store benchmark: N client processes doing set+get of small values against c10d::TCPStore
 // (LibTorch's server and client), against launch's TCPStore front with the same LibTorch
 // client, and against muster's gRPC store, in the same run; prints ops/s, p50, p99 and the
-// ratios to TCPStore.
+// ratios to TCPStore. --startup: a job's start-up through each store (the direct path too).
+// Over 700 lines on purpose: every store is measured by the same loop in the same run, so that
+// the ratios compare like with like; the child processes are this program too.
 #include <CLI/CLI.hpp>
 #include <grpcpp/grpcpp.h>
 #include <fmt/format.h>
@@ -555,12 +557,13 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
                   : "TCPStore's wire format on one connection a rank (a thread each), and one "
                     "gRPC stream a rank on gRPC's callback API (no thread each)");
   std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore,"
-              "tcpstore_cpu_us_per_rank,front_cpu_us_per_rank,grpc_cpu_us_per_rank\n");
+              "tcpstore_cpu_us_per_rank,front_cpu_us_per_rank,grpc_cpu_us_per_rank,"
+              "direct_s,direct_vs_tcpstore,direct_cpu_us_per_rank\n");
   for (int world : worlds) {
-    double tcp = -1, front = -1, grpc = -1;
+    double tcp = -1, front = -1, grpc = -1, direct = -1;
     // Server CPU per rank (us): the servers run in this process, which does nothing else
     // meanwhile; -1 where the run failed.
-    double tcpCpu = -1, frontCpu = -1, grpcCpu = -1;
+    double tcpCpu = -1, frontCpu = -1, grpcCpu = -1, directCpu = -1;
     auto timed = [&](double& cpu, auto&& run) {
       double cpu0 = cpuSeconds(RUSAGE_SELF);
       double seconds = run();
@@ -590,6 +593,15 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
                           world, procs, dir);
       });
     }
+    if (wanted("direct")) {
+      // muster's StoreClient (a thread a rank, with either --startup-client): it opens its
+      // session on gRPC and moves it to the direct path after the first round trip.
+      auto server = startGrpc(true);
+      if (!server) return 1;
+      direct = timed(directCpu, [&] {
+        return runStartup(self, "muster", server->address(), world, procs, dir);
+      });
+    }
     // Stores that failed or did not run show as nan (gnuplot leaves them out).
     auto num = [](double x) { return x > 0 ? fmt::format("{:.3f}", x) : std::string("nan"); };
     auto ratio = [&](double x) { return x > 0 && tcp > 0 ? tcp / x : -1; };
@@ -597,14 +609,20 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
       if (x <= 0) return std::string(" (failed or not run)");
       return ratio(x) > 0 ? fmt::format(" s ({:.1f}x)", ratio(x)) : std::string(" s");
     };
-    std::printf("csv: %d,%s,%s,%s,%s,%s,%s,%s,%s\n", world, num(tcp).c_str(), num(front).c_str(),
-                num(grpc).c_str(), num(ratio(front)).c_str(), num(ratio(grpc)).c_str(),
-                num(tcpCpu).c_str(), num(frontCpu).c_str(), num(grpcCpu).c_str());
-    std::printf("%8d ranks: TCPStore %s%s, launch's front %s%s, gRPC store %s%s\n", world,
-                num(tcp).c_str(), tcp > 0 ? " s" : " (failed or not run)", num(front).c_str(),
-                times(front).c_str(), num(grpc).c_str(), times(grpc).c_str());
-    std::printf("%8s  server CPU per rank: TCPStore %s us, front %s us, gRPC store %s us\n", "",
-                num(tcpCpu).c_str(), num(frontCpu).c_str(), num(grpcCpu).c_str());
+    std::printf("csv: %d,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n", world, num(tcp).c_str(),
+                num(front).c_str(), num(grpc).c_str(), num(ratio(front)).c_str(),
+                num(ratio(grpc)).c_str(), num(tcpCpu).c_str(), num(frontCpu).c_str(),
+                num(grpcCpu).c_str(), num(direct).c_str(), num(ratio(direct)).c_str(),
+                num(directCpu).c_str());
+    std::printf("%8d ranks: TCPStore %s%s, launch's front %s%s, gRPC store %s%s, direct path "
+                "%s%s\n",
+                world, num(tcp).c_str(), tcp > 0 ? " s" : " (failed or not run)",
+                num(front).c_str(), times(front).c_str(), num(grpc).c_str(), times(grpc).c_str(),
+                num(direct).c_str(), times(direct).c_str());
+    std::printf("%8s  server CPU per rank: TCPStore %s us, front %s us, gRPC store %s us, "
+                "direct path %s us\n",
+                "", num(tcpCpu).c_str(), num(frontCpu).c_str(), num(grpcCpu).c_str(),
+                num(directCpu).c_str());
     std::fflush(stdout);
   }
   return 0;
