@@ -46,7 +46,8 @@ endif()
 # include/muster/rendezvous/store/store.h. The worker library's
 # headers (not the example programs'), and the generated wire API headers.
 install(DIRECTORY common rendezvous DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
-        FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE)
+        FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE
+        PATTERN "session_stream.h" EXCLUDE PATTERN "store_session.h" EXCLUDE)  # the client's own
 install(DIRECTORY worker DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster COMPONENT dev
         FILES_MATCHING PATTERN "*.h" PATTERN "*_test*" EXCLUDE PATTERN "programs" EXCLUDE)
 install(DIRECTORY ${MUSTER_PROTO_GEN_DIR}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/muster

@@ -1,6 +1,7 @@
-// One flag's value into its typed form, for launch's flag table (options.cc) and what checks
-// the options (devices.cc): each error is one INVALID_ARGUMENT line that names the flag, the
-// value and what was expected. Internal to launcher/.
+// One flag's value into its typed form, for launch's flag table (options.cc), the checks of
+// the options together (options_validate.cc) and --nproc_per_node's words (devices.cc): each
+// error is one INVALID_ARGUMENT line that names the flag, the value and what was expected.
+// Internal to launcher/.
 #pragma once
 
 #include <map>

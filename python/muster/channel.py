@@ -15,8 +15,8 @@ import torch
 
 from . import checksum, fileformat
 from .env import JobEnv
-from .errors import (INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, ChannelDataLoss, ChannelDiskFull,
-                     ChannelError, ChannelInvalid, ChannelNotShared, ChannelTimeout,
+from .errors import (INTERNAL, INVALID_ARGUMENT, UNAVAILABLE, ChannelDataLoss, ChannelError,
+                     ChannelInvalid, ChannelNotShared, ChannelTimeout,
                      error_for_code)
 from ._channel_parts import (_PROBE_KEY, _Payload, _Received, _SEGMENT, _Streamed, _ann_key,
                              _done_key, _early_key, _first_line, _hash_while, _os_error, _part_key,

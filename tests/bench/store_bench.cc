@@ -1,7 +1,7 @@
 // Store benchmark: N client processes doing set+get of small values against c10d::TCPStore
 // (LibTorch's server and client), against launch's TCPStore front with the same LibTorch
-// client, and against muster's gRPC store, in the same run; prints ops/s, p50, p99 and the
-// ratios to TCPStore. --startup: a job's start-up through each store (the direct path too).
+// client, and against muster's store on gRPC and on its direct path, in the same run; prints
+// ops/s, p50, p99 and the ratios to TCPStore. --startup: a job's start-up through each store.
 // Over 700 lines on purpose: every store is measured by the same loop in the same run, so that
 // the ratios compare like with like; the child processes are this program too.
 #include <CLI/CLI.hpp>
@@ -554,8 +554,9 @@ int startupBench(const std::string& self, const std::vector<int>& worlds, int pr
               procs,
               client == "torch"
                   ? "LibTorch 1.13's TCPStore client and muster's StoreClient, a thread a rank"
-                  : "TCPStore's wire format on one connection a rank (a thread each), and one "
-                    "gRPC stream a rank on gRPC's callback API (no thread each)");
+                  : "TCPStore's wire format on one connection a rank (a thread each), one gRPC "
+                    "stream a rank on gRPC's callback API (no thread each), and muster's "
+                    "StoreClient, a thread a rank, for the direct path");
   std::printf("csv: ranks,tcpstore_s,front_s,grpc_s,front_vs_tcpstore,grpc_vs_tcpstore,"
               "tcpstore_cpu_us_per_rank,front_cpu_us_per_rank,grpc_cpu_us_per_rank,"
               "direct_s,direct_vs_tcpstore,direct_cpu_us_per_rank\n");
