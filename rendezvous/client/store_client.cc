@@ -27,9 +27,8 @@
 namespace muster::rendezvous {
 namespace {
 
+using store_session::logger;
 using store_session::Session;
-
-auto logger() { return storeClientLogger(); }
 
 constexpr Millis kFirstBackoff{50};
 constexpr Millis kMaxBackoff{2000};

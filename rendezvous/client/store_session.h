@@ -27,11 +27,6 @@
 
 namespace muster::rendezvous {
 
-inline auto storeClientLogger() {
-  static auto l = log::get("store-client");
-  return l;
-}
-
 // Internal to the client (a namespace of its own: its names are short).
 namespace store_session {
 
@@ -52,7 +47,11 @@ inline bool isTransport(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable;
 }
 
-inline auto logger() { return storeClientLogger(); }
+// The client's logger ("store-client"), the connection's too.
+inline auto logger() {
+  static auto l = log::get("store-client");
+  return l;
+}
 
 // One Session stream. There is no reader thread: a caller waiting for its answer reads the
 // stream itself when nobody else is reading, and hands every answer it reads to its owner
