@@ -8,7 +8,7 @@ function(muster_enforce_warnings dir)
   foreach(t IN LISTS targets)
     get_target_property(type ${t} TYPE)
     if(type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|MODULE_LIBRARY|OBJECT_LIBRARY|EXECUTABLE)$"
-       AND NOT t STREQUAL "muster_proto")
+       AND NOT t MATCHES "^muster(_etcd)?_proto$")
       # Two of -Wextra's are off: -Wmissing-field-initializers, since designated initializers
       # that leave members at their defaults are how our option structs are meant to be
       # filled ({.host = ..., .port = ...}); and GCC 12's -Wrestrict, a false positive inside

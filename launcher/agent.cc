@@ -309,7 +309,8 @@ void Agent::onRoundSettled() {
     }
     if (remote_ == Remote::kGone) {
       std::fprintf(stderr, "launch: %s; %s\n", remoteWhy_.c_str(),
-                   hostsStore_           ? "this node hosted it"
+                   options_.etcd()       ? "the job cannot go on without its rendezvous"
+                   : hostsStore_         ? "this node hosted it"
                    : standaloneService_ ? "no restart is left to re-join it (--max_restarts)"
                                         : "it was hosted by node 0's launch, which is gone (run a "
                                           "standalone rendezvousd to make the store outlive any node)");

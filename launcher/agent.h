@@ -58,6 +58,12 @@ class Agent {
 
   absl::Status prepare();
   absl::Status prepareMultiNode();
+  // --rdzv_backend=etcd: the rendezvous in an etcd cluster, the store served here.
+  absl::Status prepareEtcd();
+  // This node as the rendezvous knows it; `host`:`port` is the rendezvous (for the route).
+  NodeRendezvous::Node thisNode(const std::string& host, int port) const;
+  // The workers' store port (with the agent's store) and their threads, once rdzv_ is made.
+  absl::Status holdPortAndSettle();
   // OMP_NUM_THREADS=1 for the workers when several share the node and it is not set.
   void settleThreads();
   absl::Status startRound();

@@ -11,6 +11,8 @@
 
 #include "common/files.h"
 #include "common/net.h"
+#include "launcher/etcd_options.h"
+#include "launcher/etcd_rendezvous.h"
 
 namespace muster::launcher {
 namespace asio = boost::asio;
@@ -19,6 +21,7 @@ namespace fs = std::filesystem;
 absl::Status Agent::prepareMultiNode() {
   std::string host;
   int port = 0;
+  if (options_.etcd()) return prepareEtcd();
   if (options_.rdzvBackend == "static") {
     host = options_.masterAddr;
     port = options_.masterPort;
@@ -68,6 +71,35 @@ absl::Status Agent::prepareMultiNode() {
       }
     }
   }
+  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, thisNode(host, port), options_.rdzvConf,
+                                           tlsCaPem_, options_.rdzvTlsServerName);
+  logger()->info("node {} ({}) joins run '{}' at {}{}", rdzv_->node().nodeId, rdzv_->node().host, layout_.runId,
+                 endpoint_, hostsStore_ ? " (hosted here)" : "");
+  return holdPortAndSettle();
+}
+
+absl::Status Agent::prepareEtcd() {
+  // The rendezvous is etcd's; the store of the workers and of the shared-directory probe is
+  // group rank 0's, served by its launch: every node serves one, on a free port, in case.
+  rendezvous::ServerOptions server;
+  server.host = "0.0.0.0";
+  server.port = 0;
+  server.token = layout_.token;
+  server.directPort = 0;
+  auto started = rendezvous::RendezvousServer::start(server);
+  if (!started.ok()) return started.status();
+  store_ = std::move(*started);
+  auto etcdOptions = etcdClientOptions(options_);
+  if (!etcdOptions.ok()) return etcdOptions.status();
+  endpoint_ = options_.rdzvEndpoint;
+  auto node = thisNode(options_.rdzvHost, options_.rdzvPort);
+  auto client = std::make_unique<EtcdRendezvous>(std::move(*etcdOptions), layout_.runId, store_->port());
+  rdzv_ = std::make_unique<NodeRendezvous>(io_, std::move(client), node, options_.rdzvConf);
+  logger()->info("node {} ({}) joins run '{}' at etcd {}", node.nodeId, node.host, layout_.runId, endpoint_);
+  return holdPortAndSettle();
+}
+
+NodeRendezvous::Node Agent::thisNode(const std::string& host, int port) const {
   NodeRendezvous::Node node;
   node.runId = layout_.runId;
   node.nodeId = fmt::format("{}-{}-{}", net::hostName(), getpid(), randomHex(2));
@@ -84,14 +116,14 @@ absl::Status Agent::prepareMultiNode() {
   node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;
   node.minNodes = options_.minNodes;
   node.maxNodes = options_.maxNodes;
-  rdzv_ = std::make_unique<NodeRendezvous>(io_, endpoint_, layout_.token, node, options_.rdzvConf,
-                                           tlsCaPem_, options_.rdzvTlsServerName);
-  logger()->info("node {} ({}) joins run '{}' at {}{}", node.nodeId, node.host, layout_.runId,
-                 endpoint_, hostsStore_ ? " (hosted here)" : "");
+  return node;
+}
+
+absl::Status Agent::holdPortAndSettle() {
   if (options_.agentStore) {
     // Every node holds a port for the workers' store; the round's group rank 0 serves it. A
     // one-node job binds only the address its workers use.
-    if (auto s = holdWorkerPort(options_.maxNodes == 1 ? node.host : "", 0); !s.ok()) return s;
+    if (auto s = holdWorkerPort(options_.maxNodes == 1 ? rdzv_->node().host : "", 0); !s.ok()) return s;
   }
   settleThreads();
   return absl::OkStatus();
@@ -120,6 +152,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   at_.masterAddr = a.master_addr();
   at_.masterPort = a.master_port();
   standaloneService_ = a.standalone_service();
+  if (!a.store_endpoint().empty()) endpoint_ = a.store_endpoint();
   localDone_ = false;
   remote_ = Remote::kNone;
   emitRendezvousEvents(

@@ -27,8 +27,12 @@ NodeRendezvous::NodeRendezvous(asio::io_context& io, const std::string& endpoint
     : io_(io),
       node_(std::move(node)),
       conf_(conf),
-      client_(endpoint, token, tlsCaPem, tlsServerName),
+      client_(std::make_unique<rendezvous::RendezvousClient>(endpoint, token, tlsCaPem, tlsServerName)),
       retryTimer_(io) {}
+
+NodeRendezvous::NodeRendezvous(asio::io_context& io, std::unique_ptr<rendezvous::RoundClient> client, Node node,
+                               LaunchOptions::RdzvConf conf)
+    : io_(io), node_(std::move(node)), conf_(conf), client_(std::move(client)), retryTimer_(io) {}
 
 NodeRendezvous::~NodeRendezvous() {
   *alive_ = false;
@@ -63,7 +67,7 @@ void NodeRendezvous::join(int masterPort, bool serviceRestarts,
 }
 
 void NodeRendezvous::sendJoin() {
-  client_.join(joinRequest_, joinDeadline_,
+  client_->join(joinRequest_, joinDeadline_,
                [this, alive = alive_, generation = joinGeneration_](
                    absl::StatusOr<muster::v1::Assignment> result) {
     asio::post(io_, [this, alive, generation, result = std::move(result)]() mutable {
@@ -94,7 +98,7 @@ void NodeRendezvous::watch(uint64_t round,
                            std::function<void(const std::string&)> onError,
                            std::function<void(uint64_t)> onStacks) {
   auto alive = alive_;
-  client_.watch(
+  client_->watch(
       node_.runId, node_.nodeId, round, conf_.keepAliveInterval,
       conf_.keepAliveInterval * conf_.keepAliveMaxAttempt,
       [this, alive, onEvent = std::move(onEvent)](const muster::v1::RoundEvent& e) {
@@ -120,12 +124,12 @@ void NodeRendezvous::putStacks(uint64_t request, std::string json) {
   req.set_node_id(node_.nodeId);
   req.set_request(request);
   req.set_json(std::move(json));
-  client_.putStacks(req, deadlineAfter(kReportDeadline), [](absl::Status s) {
+  client_->putStacks(req, deadlineAfter(kReportDeadline), [](absl::Status s) {
     if (!s.ok()) logger()->warn("could not send this node's stacks to the rendezvous: {}", std::string(s.message()));
   });
 }
 
-void NodeRendezvous::stopWatch() { client_.stopWatch(); }
+void NodeRendezvous::stopWatch() { client_->stopWatch(); }
 
 void NodeRendezvous::report(uint64_t round, bool succeeded, const std::string& message,
                             std::function<void()> then) {
@@ -141,7 +145,7 @@ void NodeRendezvous::report(uint64_t round, bool succeeded, const std::string& m
   // The loop must not run out of work (and return) while the report is on its way.
   auto work = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(
       io_.get_executor());
-  client_.report(req, deadlineAfter(kReportDeadline),
+  client_->report(req, deadlineAfter(kReportDeadline),
                  [this, alive = alive_, work, then = std::move(then)](absl::Status s) {
     asio::post(io_, [this, alive, work, s, then] {
       if (!*alive) return;
@@ -160,7 +164,7 @@ void NodeRendezvous::stopJoining() {
 
 void NodeRendezvous::cancel() {
   stopJoining();
-  client_.cancel();
+  client_->cancel();
 }
 
 }  // namespace muster::launcher

@@ -36,11 +36,14 @@ class NodeRendezvous {
   NodeRendezvous(boost::asio::io_context& io, const std::string& endpoint,
                  const std::string& token, Node node, LaunchOptions::RdzvConf conf,
                  const std::string& tlsCaPem = "", const std::string& tlsServerName = "");
+  // Over another rendezvous (etcd: EtcdRendezvous).
+  NodeRendezvous(boost::asio::io_context& io, std::unique_ptr<rendezvous::RoundClient> client, Node node,
+                 LaunchOptions::RdzvConf conf);
   ~NodeRendezvous();
   NodeRendezvous(const NodeRendezvous&) = delete;
   NodeRendezvous& operator=(const NodeRendezvous&) = delete;
 
-  const std::string& endpoint() const { return client_.target(); }
+  const std::string& endpoint() const { return client_->target(); }
   const Node& node() const { return node_; }
 
   // Joins the next round, offering `masterPort` for the workers' store should this node be
@@ -77,7 +80,7 @@ class NodeRendezvous {
   boost::asio::io_context& io_;
   Node node_;
   LaunchOptions::RdzvConf conf_;
-  rendezvous::RendezvousClient client_;
+  std::unique_ptr<rendezvous::RoundClient> client_;
   boost::asio::steady_timer retryTimer_;
   muster::v1::JoinRequest joinRequest_;
   std::function<void(absl::StatusOr<muster::v1::Assignment>)> joined_;

@@ -66,9 +66,9 @@ std::vector<Flag> flagTable() {
   t.push_back({{"--nproc_per_node", "--nproc-per-node"}, "PET_NPROC_PER_NODE", true,
                str(&LaunchOptions::nprocPerNode), "workers per node: N, gpu, cpu or auto"});
   t.push_back({{"--rdzv_backend", "--rdzv-backend"}, "PET_RDZV_BACKEND", true,
-               str(&LaunchOptions::rdzvBackend), "static (default), c10d or muster"});
+               str(&LaunchOptions::rdzvBackend), "static (default), c10d, muster, or etcd (etcd-v2)"});
   t.push_back({{"--rdzv_endpoint", "--rdzv-endpoint"}, "PET_RDZV_ENDPOINT", true,
-               str(&LaunchOptions::rdzvEndpoint), "HOST:PORT of the rendezvous store"});
+               str(&LaunchOptions::rdzvEndpoint), "HOST:PORT of the rendezvous store (etcd: its members, comma-separated)"});
   t.push_back({{"--rdzv_id", "--rdzv-id"}, "PET_RDZV_ID", true, str(&LaunchOptions::rdzvId),
                "job id (default none)"});
   t.push_back({{"--rdzv_conf", "--rdzv-conf"}, "PET_RDZV_CONF", true,

@@ -30,6 +30,8 @@ struct LaunchOptions {
   int nodeRank = 0;
   // Rendezvous.
   std::string rdzvBackend = "static";
+  // etcd or etcd-v2 (torchrun's two names; both speak etcd's v3 API here).
+  bool etcd() const { return rdzvBackend == "etcd" || rdzvBackend == "etcd-v2"; }
   std::string rdzvEndpoint;
   std::string rdzvHost;  // rdzvEndpoint parsed: "[::1]:29400" gives "::1" and 29400; a
   int rdzvPort = 29400;  // missing port is 29400 (torchrun's default); 0 hosts on a free port

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/net.h"
+#include "etcd/client.h"
 #include "launcher/devices.h"
 #include "launcher/option_values.h"
 #include "launcher/options.h"
@@ -31,6 +32,49 @@ absl::Status parseEndpoint(LaunchOptions& o) {
   }
   o.rdzvHost = split->host;
   if (split->port) o.rdzvPort = *split->port;
+  return absl::OkStatus();
+}
+
+// --rdzv_backend=etcd: a list of the cluster's members, TLS and auth in --rdzv_conf.
+absl::Status validateEtcd(LaunchOptions& o) {
+  if (o.rdzvEndpoint.empty()) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--rdzv_backend={} needs --rdzv_endpoint=HOST:PORT[,HOST:PORT...], the etcd cluster's members",
+        o.rdzvBackend));
+  }
+  bool https = false;
+  auto endpoints = etcd::parseEndpoints(o.rdzvEndpoint, &https);
+  if (!endpoints.ok()) return absl::InvalidArgumentError(fmt::format("--rdzv_endpoint: {}", std::string(endpoints.status().message())));
+  auto first = net::splitHostPort(endpoints->front());
+  if (first) {
+    o.rdzvHost = first->host;
+    o.rdzvPort = first->port.value_or(2379);
+  }
+  const auto& conf = o.rdzvConf.given;
+  auto protocol = conf.count("protocol") ? conf.at("protocol") : (https ? "https" : "http");
+  if (protocol != "http" && protocol != "https") {
+    return absl::InvalidArgumentError(
+        fmt::format("--rdzv_conf protocol={} is invalid; expected http or https", protocol));
+  }
+  for (const char* tlsKey : {"cacert", "cert", "key"}) {
+    if (protocol == "http" && conf.count(tlsKey)) {
+      return absl::InvalidArgumentError(fmt::format(
+          "--rdzv_conf {}= is for TLS to etcd; add protocol=https (or give https:// endpoints)", tlsKey));
+    }
+  }
+  if (conf.count("cert") != conf.count("key")) {
+    return absl::InvalidArgumentError("--rdzv_conf cert= and key= go together (this node's TLS certificate and its key)");
+  }
+  if (conf.count("password_file") && !conf.count("user")) {
+    return absl::InvalidArgumentError("--rdzv_conf password_file= needs user= (etcd's user name)");
+  }
+  if (!o.rdzvTlsCa.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv_tls_ca is for a rendezvousd; for etcd over TLS give --rdzv_conf protocol=https,cacert=CA.pem");
+  }
+  if (o.rdzvConf.isHost.value_or(false)) {
+    return absl::InvalidArgumentError("--rdzv_conf is_host=true: with etcd no node hosts the rendezvous");
+  }
   return absl::OkStatus();
 }
 
@@ -79,12 +123,11 @@ absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string,
           o.numaBinding));
     }
   }
-  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster") {
+  if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster" && !o.etcd()) {
     return absl::InvalidArgumentError(fmt::format(
-        "--rdzv_backend={} is not supported; expected static, c10d or muster (etcd is not "
-        "offered: run rendezvousd and use --rdzv_backend=c10d)",
-        o.rdzvBackend));
+        "--rdzv_backend={} is not supported; expected static, c10d, muster, etcd or etcd-v2", o.rdzvBackend));
   }
+  if (o.etcd()) return validateEtcd(o);
   // torchrun >= 2.14: one node with neither a port nor an endpoint runs as --standalone, on
   // a free port (a port Slurm gave counts as given).
   bool portGiven = o.given.count("--master_port") > 0 ||

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
 #include "muster/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client/round_client.h"
 
 namespace grpc {
 class ClientContext;
@@ -25,29 +26,30 @@ namespace pb = ::muster::v1;
 // the client from them but through such a post. Thread-safety: every method may be called
 // from any thread. Lifetime: the destructor cancels every call still in flight and waits until
 // their callbacks have returned (promptly: cancellation does not wait for the service).
-class RendezvousClient {
+class RendezvousClient : public RoundClient {
  public:
   // `tlsCaPem` not empty: TLS, the service's certificate signed by that CA (and naming
   // `tlsServerName` when given, else the target's host).
   RendezvousClient(const std::string& target, const std::string& token,
                    const std::string& tlsCaPem = "", const std::string& tlsServerName = "");
-  ~RendezvousClient();
+  ~RendezvousClient() override;
   RendezvousClient(const RendezvousClient&) = delete;
   RendezvousClient& operator=(const RendezvousClient&) = delete;
 
-  const std::string& target() const { return target_; }
+  const std::string& target() const override { return target_; }
 
   // `done` gets the assignment once the round closes, or why not (the service refused, the
   // deadline passed: DEADLINE_EXCEEDED, cancel(): CANCELLED).
   void join(const pb::JoinRequest& request, Deadline deadline,
-            std::function<void(absl::StatusOr<pb::Assignment>)> done);
-  void report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done);
+            std::function<void(absl::StatusOr<pb::Assignment>)> done) override;
+  void report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done) override;
   // Blocking forms, for tools and benchmarks (never on an event loop).
   absl::StatusOr<pb::Assignment> join(const pb::JoinRequest& request, Deadline deadline);
   absl::Status report(const pb::ReportRequest& request, Deadline deadline);
 
   // A node's answer to a stack roll-call (`onStacks` of watch()).
-  void putStacks(const pb::PutStacksRequest& request, Deadline deadline, std::function<void(absl::Status)> done);
+  void putStacks(const pb::PutStacksRequest& request, Deadline deadline,
+                 std::function<void(absl::Status)> done) override;
   // Blocking: a stack roll-call of a whole run (rendezvousctl).
   absl::StatusOr<pb::StacksReply> stacks(const pb::StacksRequest& request, Deadline deadline);
 
@@ -58,12 +60,12 @@ class RendezvousClient {
   void watch(const std::string& runId, const std::string& nodeId, uint64_t round, Millis interval,
              Millis keepAlive, std::function<void(const pb::RoundEvent&)> onEvent,
              std::function<void(const std::string&)> onError,
-             std::function<void(uint64_t)> onStacks = {});
+             std::function<void(uint64_t)> onStacks = {}) override;
   // Stops the watch and its heartbeats: once this returns, neither of its callbacks is called.
   // Does not wait for the service.
-  void stopWatch();
+  void stopWatch() override;
   // Cancels every call in flight (joins and reports end with CANCELLED).
-  void cancel();
+  void cancel() override;
 
  public:
   struct Watch;  // defined in the .cc

@@ -67,21 +67,10 @@ class MultiNode : public ::testing::Test {
             "--rdzv_conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2" + extraConf};
   }
   std::map<std::string, std::string> env(int round, int rank) {
-    std::map<std::string, std::string> out;
-    std::ifstream in(dir_ / ("env_" + std::to_string(round) + "_" + std::to_string(rank)));
-    for (std::string line; std::getline(in, line);) {
-      auto eq = line.find('=');
-      if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-    return out;
+    return muster::testing::readEnvFile(dir_ / ("env_" + std::to_string(round) + "_" + std::to_string(rank)));
   }
   bool awaitFile(const std::string& name, milliseconds timeout = kRun) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (fs::exists(dir_ / name)) return true;
-      std::this_thread::sleep_for(milliseconds(5));
-    }
-    return false;
+    return muster::testing::awaitPath(dir_ / name, timeout);
   }
 
   fs::path dir_;
