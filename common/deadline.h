@@ -31,4 +31,11 @@ inline int64_t millisLeft(Deadline deadline) {
   return left > 0 ? left : 0;
 }
 
+// A deadline as the wall clock's time point (what gRPC's deadlines are); kNoDeadline: never.
+inline std::chrono::system_clock::time_point toSystem(Deadline deadline) {
+  if (deadline == kNoDeadline) return std::chrono::system_clock::time_point::max();
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
+}
+
 }  // namespace muster

@@ -14,12 +14,6 @@ namespace muster::etcd {
 
 namespace {
 
-std::chrono::system_clock::time_point toSystem(Deadline deadline) {
-  if (deadline == kNoDeadline) return std::chrono::system_clock::time_point::max();
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
-}
-
 bool contains(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
 
 // The member could not answer, another may: down, restarting, cut off from its leader, or an
@@ -151,10 +145,7 @@ absl::Status Client::authenticate(Deadline deadline) {
       return absl::PermissionDeniedError(fmt::format("etcd at {} refused user '{}': {}", endpointList(),
                                                      options_.user, last.error_message()));
     }
-    {
-      std::lock_guard lock(mu_);
-      if (current_ == member) current_ = (member + 1) % members_.size();
-    }
+    leave(member);
     if (Clock::now() >= deadline) break;
     if ((tried + 1) % members_.size() == 0) {
       std::this_thread::sleep_for(std::min<Millis>(backoff.next(), Millis(millisLeft(deadline))));
@@ -186,9 +177,14 @@ bool Client::failed(size_t member, const grpc::Status& status) {
     return authenticate(deadlineAfter(options_.attemptTimeout * 2)).ok();
   }
   if (!memberFailure(status)) return false;
-  std::lock_guard lock(mu_);
-  if (current_ == member) current_ = (member + 1) % members_.size();
+  leave(member);
   return true;
+}
+
+void Client::leave(size_t member) {
+  std::lock_guard lock(mu_);
+  // Only once for a member that several calls found failing at once.
+  if (current_ == member) current_ = (member + 1) % members_.size();
 }
 
 template <typename Response, typename Fn>

@@ -82,6 +82,8 @@ class Client {
   };
   explicit Client(Options options);
   absl::Status authenticate(Deadline deadline);
+  // The member in use is `member`: the next one is, from now.
+  void leave(size_t member);
   template <typename Response, typename Fn>
   absl::StatusOr<Response> unary(const char* what, Deadline deadline, Fn fn);
 

@@ -1,6 +1,8 @@
 // etcd::Watch: one stream at a time; each response moves the next revision on.
 #include "etcd/watch.h"
 
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace muster::etcd {
@@ -19,7 +21,7 @@ std::string prefixEnd(const std::string& prefix) {
 }
 
 Watch::Watch(Client& client, std::string prefix, int64_t revision, Millis giveUpAfter,
-             std::function<void(const Events&, int64_t)> onEvents, std::function<void(const std::string&)> onError)
+             std::function<void(Events, int64_t)> onEvents, std::function<void(const std::string&)> onError)
     : client_(client),
       prefix_(std::move(prefix)),
       next_(revision),
@@ -70,8 +72,9 @@ void Watch::run() {
         }
         if (response.events_size() == 0) continue;
         next_ = response.events(response.events_size() - 1).kv().mod_revision() + 1;
-        Events events(response.events().begin(), response.events().end());
-        onEvents_(events, response.header().revision());
+        Events events(std::make_move_iterator(response.mutable_events()->begin()),
+                      std::make_move_iterator(response.mutable_events()->end()));
+        onEvents_(std::move(events), response.header().revision());
       }
       call.context->TryCancel();
     }

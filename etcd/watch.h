@@ -24,7 +24,7 @@ class Watch {
   // revision the cluster was at. `onError` runs once, the last call, when no member served the
   // watch for `giveUpAfter` or the revisions it needs were compacted away.
   Watch(Client& client, std::string prefix, int64_t revision, Millis giveUpAfter,
-        std::function<void(const Events&, int64_t revision)> onEvents,
+        std::function<void(Events, int64_t revision)> onEvents,
         std::function<void(const std::string&)> onError);
   ~Watch();
   Watch(const Watch&) = delete;
@@ -37,7 +37,7 @@ class Watch {
   std::string prefix_;
   int64_t next_;
   Millis giveUpAfter_;
-  std::function<void(const Events&, int64_t)> onEvents_;
+  std::function<void(Events, int64_t)> onEvents_;
   std::function<void(const std::string&)> onError_;
   std::mutex mu_;
   bool stopped_ = false;

@@ -60,6 +60,18 @@ pb::RoundEvent eventFromJson(const json& e, uint64_t round) {
   return out;
 }
 
+// The end of a round on account of `node` (of the running round's nodes, at `rank`; -1 for a
+// node not in it).
+pb::RoundEvent nodeEvent(pb::RoundEvent::Kind kind, const json& node, int rank, std::string message) {
+  pb::RoundEvent e;
+  e.set_kind(kind);
+  e.set_node_id(node.value("id", std::string()));
+  e.set_host(node.value("host", std::string()));
+  if (rank >= 0) e.set_group_rank(rank);
+  e.set_message(std::move(message));
+  return e;
+}
+
 json eventToJson(const pb::RoundEvent& e) {
   return {{"kind", static_cast<int>(e.kind())}, {"node", e.node_id()},   {"host", e.host()},
           {"group_rank", e.group_rank()},       {"exit_code", e.exit_code()}, {"message", e.message()}};
@@ -156,7 +168,7 @@ absl::Status EtcdRendezvous::start(const pb::JoinRequest& request, Deadline dead
   for (const auto& kv : snapshot->kvs()) applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
   watch_ = std::make_unique<etcd::Watch>(
       *client_, prefix_, snapshot->header().revision() + 1, Millis(ttl * 1000),
-      [this](const etcd::Watch::Events& events, int64_t) { post([this, events] { apply(events); }); },
+      [this](etcd::Watch::Events events, int64_t) { post([this, events = std::move(events)] { apply(events); }); },
       [this](const std::string& why) { post([this, why] { lost(why); }); });
   logger()->info("run '{}' at {}: node {} holds lease {:x} ({} s); {} key(s) there", runId_, target_, nodeId_, lease_,
                  ttl, snapshot->kvs_size());
@@ -347,13 +359,9 @@ void EtcdRendezvous::stepJoin() {
     for (size_t rank = 0; rank < nodes.size(); ++rank) {
       auto id = nodes[rank].value("id", std::string());
       if (!view_.joins[stateRound].count(id)) {
-        pb::RoundEvent e;
-        e.set_kind(pb::RoundEvent::NODE_LOST);
-        e.set_node_id(id);
-        e.set_host(nodes[rank].value("host", std::string()));
-        e.set_group_rank(static_cast<int>(rank));
-        e.set_message(fmt::format("node {} (group rank {}) was lost: its etcd lease ended", who(nodes[rank]), rank));
-        endRound(stateRound, e);
+        endRound(stateRound, nodeEvent(pb::RoundEvent::NODE_LOST, nodes[rank], static_cast<int>(rank),
+                                       fmt::format("node {} (group rank {}) was lost: its etcd lease ended",
+                                                   who(nodes[rank]), rank)));
         return;
       }
     }
@@ -514,13 +522,9 @@ void EtcdRendezvous::stepWatch() {
     members.insert(id);
     auto report = reports.find(id);
     if (report != reports.end() && report->second.value("outcome", std::string()) == "failed") {
-      pb::RoundEvent e;
-      e.set_kind(pb::RoundEvent::NODE_FAILED);
-      e.set_node_id(id);
-      e.set_host(node.value("host", std::string()));
-      e.set_group_rank(static_cast<int>(rank));
+      auto e = nodeEvent(pb::RoundEvent::NODE_FAILED, node, static_cast<int>(rank),
+                         report->second.value("message", std::string()));
       e.set_exit_code(report->second.value("exit_code", 1));
-      e.set_message(report->second.value("message", std::string()));
       endRound(w.round, e);
       return;
     }
@@ -529,15 +533,10 @@ void EtcdRendezvous::stepWatch() {
       continue;  // done: its lease may go
     }
     if (!joined.count(id)) {
-      pb::RoundEvent e;
-      e.set_kind(pb::RoundEvent::NODE_LOST);
-      e.set_node_id(id);
-      e.set_host(node.value("host", std::string()));
-      e.set_group_rank(static_cast<int>(rank));
-      e.set_message(fmt::format("node {} (group rank {}) was lost: its etcd lease ended (no keep-alive within the "
-                                "keep-alive bound, or its launch went away)",
-                                who(node), rank));
-      endRound(w.round, e);
+      endRound(w.round, nodeEvent(pb::RoundEvent::NODE_LOST, node, static_cast<int>(rank),
+                                  fmt::format("node {} (group rank {}) was lost: its etcd lease ended (no keep-alive "
+                                              "within the keep-alive bound, or its launch went away)",
+                                              who(node), rank)));
       return;
     }
   }
@@ -551,12 +550,8 @@ void EtcdRendezvous::stepWatch() {
   if (static_cast<int64_t>(nodes.size()) < state.value("max", int64_t{1})) {
     for (const auto& [id, entry] : view_.joins[w.round + 1]) {
       if (members.count(id)) continue;
-      pb::RoundEvent e;
-      e.set_kind(pb::RoundEvent::NODE_WAITING);
-      e.set_node_id(id);
-      e.set_host(entry.node.value("host", std::string()));
-      e.set_message(fmt::format("node {} waits to join; restarting to take it in", who(entry.node)));
-      endRound(w.round, e);
+      endRound(w.round, nodeEvent(pb::RoundEvent::NODE_WAITING, entry.node, -1,
+                                  fmt::format("node {} waits to join; restarting to take it in", who(entry.node))));
       return;
     }
   }

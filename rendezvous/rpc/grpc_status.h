@@ -1,5 +1,5 @@
 // Status conversions between Abseil (the module APIs) and gRPC (the wire): the codes are the
-// same numbers in both; and a Deadline as gRPC's wall-clock deadline.
+// same numbers in both. (A Deadline as gRPC's wall-clock deadline: toSystem, common/deadline.h.)
 #pragma once
 
 #include <chrono>
@@ -20,13 +20,6 @@ inline grpc::Status toGrpc(const absl::Status& s) {
 inline absl::Status toAbsl(const grpc::Status& s) {
   return s.ok() ? absl::OkStatus()
                 : absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-// gRPC's deadline for `deadline` (kNoDeadline: none).
-inline std::chrono::system_clock::time_point toSystem(Deadline deadline) {
-  if (deadline == kNoDeadline) return std::chrono::system_clock::time_point::max();
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - Clock::now());
 }
 
 }  // namespace muster::rendezvous

@@ -5,7 +5,6 @@
 // password with one line each.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -43,10 +42,7 @@ class Etcd : public ::testing::Test {
     ASSERT_TRUE(cluster_->start()) << cluster_->why();
   }
   std::string script(const std::string& body) {
-    fs::path p = dir_ / ("w" + std::to_string(scripts_++) + ".sh");
-    std::ofstream(p) << "#!/bin/bash\n" << body;
-    chmod(p.c_str(), 0755);
-    return p.string();
+    return muster::testing::writeScript(dir_ / ("w" + std::to_string(scripts_++) + ".sh"), body);
   }
   // Each rank writes its environment to env_<rank>, then runs `then`.
   std::string recorder(const std::string& then = "") {
@@ -73,6 +69,12 @@ class Etcd : public ::testing::Test {
   bool awaitFile(const std::string& name, milliseconds timeout = kRun) {
     return muster::testing::awaitPath(dir_ / name, timeout);
   }
+  // Waits for `node` to end and checks its exit code, naming what it said otherwise.
+  static void expectExit(Child& node, int code) {
+    auto e = node.wait(kRun);
+    ASSERT_TRUE(e) << "still running after " << kRun.count() << " ms: " << node.stderrText();
+    EXPECT_EQ(e->code, code) << node.stderrText();
+  }
   // The ranks wait for `go` before they end.
   std::string waiter() {
     return recorder("touch " + (dir_ / "up_").string() + "$RANK\nwhile [ ! -e " + (dir_ / "go").string() +
@@ -89,10 +91,8 @@ TEST_F(Etcd, TwoNodesRunAJobWhoseRendezvousIsInEtcd) {
   std::string w = recorder();
   auto a = node(flags("2", 2), w);
   auto b = node(flags("2", 2), w);
-  auto ea = a->wait(kRun), eb = b->wait(kRun);
-  ASSERT_TRUE(ea && eb);
-  EXPECT_EQ(ea->code, 0) << a->stderrText();
-  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  expectExit(*a, 0);
+  expectExit(*b, 0);
   std::set<std::string> groupRanks;
   for (int rank = 0; rank < 4; ++rank) {
     auto e = env(rank);
@@ -112,9 +112,7 @@ TEST_F(Etcd, TwoNodesRunAJobWhoseRendezvousIsInEtcd) {
   EXPECT_NE(state.find("\"phase\":\"finished\""), std::string::npos) << state;
   // A late joiner is told the run is over.
   auto late = node(flags("2", 1), w);
-  auto el = late->wait(kRun);
-  ASSERT_TRUE(el);
-  EXPECT_EQ(el->code, 1);
+  expectExit(*late, 1);
   EXPECT_NE(late->stderrText().find("has already finished"), std::string::npos) << late->stderrText();
 }
 
@@ -130,10 +128,8 @@ TEST_F(Etcd, TheJobKeepsRunningWhenEtcdsLeaderIsKilled) {
   // Longer than the keep-alive bound (3 s): the nodes' leases live on through the election.
   std::this_thread::sleep_for(milliseconds(5000));
   std::ofstream(dir_ / "go") << "";
-  auto ea = a->wait(kRun), eb = b->wait(kRun);
-  ASSERT_TRUE(ea && eb);
-  EXPECT_EQ(ea->code, 0) << a->stderrText();
-  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  expectExit(*a, 0);
+  expectExit(*b, 0);
 }
 
 TEST_F(Etcd, ARoundCompletesWhileEtcdsLeaderIsDown) {
@@ -144,10 +140,8 @@ TEST_F(Etcd, ARoundCompletesWhileEtcdsLeaderIsDown) {
   std::string w = recorder();
   auto a = node(flags("2", 1), w);
   auto b = node(flags("2", 1), w);
-  auto ea = a->wait(kRun), eb = b->wait(kRun);
-  ASSERT_TRUE(ea && eb);
-  EXPECT_EQ(ea->code, 0) << a->stderrText();
-  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  expectExit(*a, 0);
+  expectExit(*b, 0);
 }
 
 TEST_F(Etcd, AKilledNodeIsSeenLostWithinTheKeepAliveBound) {
@@ -177,10 +171,8 @@ TEST_F(Etcd, AWorkerFailureFailsEveryNodeAndARestartRunsAgain) {
   f.push_back("--max_restarts=1");
   auto a = node(f, w);
   auto b = node(f, w);
-  auto ea = a->wait(kRun), eb = b->wait(kRun);
-  ASSERT_TRUE(ea && eb);
-  EXPECT_EQ(ea->code, 0) << a->stderrText();
-  EXPECT_EQ(eb->code, 0) << b->stderrText();
+  expectExit(*a, 0);
+  expectExit(*b, 0);
   EXPECT_TRUE(fs::exists(dir_ / "ok_0_1") && fs::exists(dir_ / "ok_1_1"));
 }
 
@@ -211,9 +203,7 @@ TEST_F(Etcd, EndpointsWhereNothingListensAreOneLine) {
   EXPECT_EQ(ea->code, 1);
   EXPECT_NE(a->stderrText().find("etcd at 127.0.0.1:" + std::to_string(nothing)), std::string::npos) << a->stderrText();
   auto bad = node(flags("1", 1, "", "http://h1:2379/path"), recorder());
-  auto eb = bad->wait(kRun);
-  ASSERT_TRUE(eb);
-  EXPECT_EQ(eb->code, 2);  // a bad flag
+  expectExit(*bad, 2);  // a bad flag
   EXPECT_NE(bad->stderrText().find("is not an etcd endpoint"), std::string::npos) << bad->stderrText();
 }
 
@@ -226,20 +216,14 @@ TEST_F(Etcd, TlsAndAuthWorkAndAWrongCaOrPasswordIsOneLine) {
     return ",protocol=https,cacert=" + ca + ",user=" + cluster_->user() + ",password_file=" + password.string();
   };
   auto ok = node(flags("1", 1, conf(cluster_->ca(), good)), recorder());
-  auto eo = ok->wait(kRun);
-  ASSERT_TRUE(eo);
-  EXPECT_EQ(eo->code, 0) << ok->stderrText();
+  expectExit(*ok, 0);
 
   auto badCa = node(flags("1", 1, conf(cluster_->otherCa(), good) + ",join_timeout=5"), recorder());
-  auto ec = badCa->wait(kRun);
-  ASSERT_TRUE(ec);
-  EXPECT_EQ(ec->code, 1);
+  expectExit(*badCa, 1);
   EXPECT_NE(badCa->stderrText().find("launch: rendezvous at"), std::string::npos) << badCa->stderrText();
 
   auto badPassword = node(flags("1", 1, conf(cluster_->ca(), wrong)), recorder());
-  auto ep = badPassword->wait(kRun);
-  ASSERT_TRUE(ep);
-  EXPECT_EQ(ep->code, 1);
+  expectExit(*badPassword, 1);
   EXPECT_NE(badPassword->stderrText().find("refused user 'root'"), std::string::npos) << badPassword->stderrText();
 }
 

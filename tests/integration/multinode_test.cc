@@ -38,10 +38,7 @@ class MultiNode : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string script(const std::string& body) {
-    fs::path p = dir_ / ("w" + std::to_string(scripts_++) + ".sh");
-    std::ofstream(p) << "#!/bin/bash\n" << body;
-    chmod(p.c_str(), 0755);
-    return p.string();
+    return muster::testing::writeScript(dir_ / ("w" + std::to_string(scripts_++) + ".sh"), body);
   }
   // Records each rank's view, per round: env_<round>_<rank>.
   std::string recorder(const std::string& then = "") {

@@ -82,6 +82,13 @@ inline std::map<std::string, std::string> readEnvFile(const std::filesystem::pat
   return out;
 }
 
+// A bash script at `path` (executable) running `body`: a test's worker.
+inline std::string writeScript(const std::filesystem::path& path, const std::string& body) {
+  std::ofstream(path) << "#!/bin/bash\n" << body;
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add);
+  return path.string();
+}
+
 // Waits up to `timeout` for `path` to exist (a worker's marker file).
 inline bool awaitPath(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
