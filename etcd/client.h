@@ -27,6 +27,10 @@ struct Options {
   // One attempt at one member: a member cut off from its cluster holds a write this long
   // before it gives up, so the next member is asked after it.
   Millis attemptTimeout{2000};
+  // Where muster's runs live in the cluster (--rdzv_conf etcd_prefix=, as torchrun's etcd
+  // backend names its own): each run's keys under <runsPrefix>/<run id>/, so that etcd's
+  // roles can grant a team one prefix.
+  std::string runsPrefix = "/muster/runs";
 };
 
 // "h1:2379,https://h2:2379" -> Options' endpoints (and tls when every one says https); a
@@ -54,6 +58,7 @@ class Client {
 
   // "h1:2379,h2:2379,h3:2379": what messages name.
   std::string endpointList() const;
+  const Options& options() const { return options_; }
 
   // A context for one call to the member in use: its deadline, auth token and (for streams)
   // etcd's require-leader, so a member cut off from the cluster ends the stream instead of

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
+
 namespace muster::etcd {
 
 std::string prefixEnd(const std::string& prefix) {
@@ -94,6 +96,8 @@ void Watch::run() {
       onError_(fmt::format("etcd at {}: the watch of '{}' was refused: {}", client_.endpointList(), prefix_, lastError));
       return;
     }
+    log::get("etcd")->debug("watch of '{}' at {} ended ({}); on to the next member", prefix_,
+                            client_.endpointList(), lastError);
     // The member is down or has no leader: the next one (or a new auth token).
     client_.failed(call.member, status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, lastError) : status);
     if (failingSince == kNoDeadline) failingSince = Clock::now();

@@ -11,7 +11,7 @@
 
 #include "common/files.h"
 #include "common/net.h"
-#include "launcher/etcd_options.h"
+#include "etcd/options.h"
 #include "launcher/etcd_rendezvous.h"
 
 namespace muster::launcher {
@@ -89,7 +89,7 @@ absl::Status Agent::prepareEtcd() {
   auto started = rendezvous::RendezvousServer::start(server);
   if (!started.ok()) return started.status();
   store_ = std::move(*started);
-  auto etcdOptions = etcdClientOptions(options_);
+  auto etcdOptions = etcd::clientOptions(options_.rdzvEndpoint, options_.rdzvConf.given, "--rdzv_conf");
   if (!etcdOptions.ok()) return etcdOptions.status();
   endpoint_ = options_.rdzvEndpoint;
   auto node = thisNode(options_.rdzvHost, options_.rdzvPort);
@@ -258,11 +258,22 @@ void Agent::stopForRemote() {
     onRoundSettled();
     return;
   }
-  if (stopping_ == Stopping::kNo) {
-    stopping_ = Stopping::kRemote;
-    stopStarted_ = std::chrono::steady_clock::now();
+  if (stopping_ != Stopping::kNo) return;
+  stopping_ = Stopping::kRemote;
+  stopStarted_ = std::chrono::steady_clock::now();
+  // The job failed elsewhere (a rank, a hang, a node lost): where this node's ranks stand is
+  // part of the answer (the hung rank may be here, while another node saw the hang first), so
+  // their stacks are taken before they are stopped. Not for a scale-up.
+  auto targets = rollCallTargets();
+  if (remote_ == Remote::kWaiting || stacksSignal_ == 0 || targets.empty()) {
     stopGroup(SIGTERM, remoteWhy_);
+    return;
   }
+  WorkerGroup* round = group_.get();
+  takeStacks(fmt::format("{}; this node's ranks before they are stopped", remoteWhy_), std::move(targets),
+             [this, round](const auto&, const std::string&) {
+               if (group_.get() == round && stopping_ == Stopping::kRemote) stopGroup(SIGTERM, remoteWhy_);
+             });
 }
 
 void Agent::onRemoteError(const std::string& why) {

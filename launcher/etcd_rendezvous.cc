@@ -1,35 +1,24 @@
-// EtcdRendezvous: one thread applies the watch's events to the view and steps the join and
-// the watch of the round on; every decision is a transaction on `state`.
+// EtcdRendezvous: its thread, the node's lease, the watches and who decides (the roles), the
+// view the watches keep, and RoundClient's calls. The rounds' decisions: etcd_rounds.cc.
 #include "launcher/etcd_rendezvous.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
+#include "absl/strings/numbers.h"
 #include "common/log.h"
-#include "common/net.h"
+#include "etcd/run_keys.h"
+#include "launcher/etcd_rounds.h"
 
 namespace muster::launcher {
 
 namespace pb = ::muster::v1;
 using nlohmann::json;
+using etcd_rounds::kWriteDeadline;
+using etcd_rounds::logger;
 
 namespace {
-
-auto logger() {
-  static auto l = log::get("etcd");
-  return l;
-}
-
-// How long writes of a report, an answer or a revoke may take: the cluster answers at once,
-// or after an election.
-constexpr Millis kWriteDeadline{10000};
-
-std::string nnodes(int64_t lo, int64_t hi) { return lo == hi ? std::to_string(lo) : fmt::format("{}:{}", lo, hi); }
-
-std::string who(const json& node) {
-  return fmt::format("{} ({})", node.value("host", std::string("?")), node.value("id", std::string("?")));
-}
 
 // "join/3/node-a" -> {"join", 3, "node-a"}; false for anything else.
 bool splitRoundKey(const std::string& rest, const std::string& kind, uint64_t* round, std::string* node) {
@@ -48,51 +37,14 @@ bool splitRoundKey(const std::string& rest, const std::string& kind, uint64_t* r
   return true;
 }
 
-pb::RoundEvent eventFromJson(const json& e, uint64_t round) {
-  pb::RoundEvent out;
-  out.set_kind(static_cast<pb::RoundEvent::Kind>(e.value("kind", 0)));
-  out.set_round(round);
-  out.set_node_id(e.value("node", std::string()));
-  out.set_host(e.value("host", std::string()));
-  out.set_group_rank(e.value("group_rank", 0));
-  out.set_exit_code(e.value("exit_code", 0));
-  out.set_message(e.value("message", std::string()));
-  return out;
-}
-
-// The end of a round on account of `node` (of the running round's nodes, at `rank`; -1 for a
-// node not in it).
-pb::RoundEvent nodeEvent(pb::RoundEvent::Kind kind, const json& node, int rank, std::string message) {
-  pb::RoundEvent e;
-  e.set_kind(kind);
-  e.set_node_id(node.value("id", std::string()));
-  e.set_host(node.value("host", std::string()));
-  if (rank >= 0) e.set_group_rank(rank);
-  e.set_message(std::move(message));
-  return e;
-}
-
-json eventToJson(const pb::RoundEvent& e) {
-  return {{"kind", static_cast<int>(e.kind())}, {"node", e.node_id()},   {"host", e.host()},
-          {"group_rank", e.group_rank()},       {"exit_code", e.exit_code()}, {"message", e.message()}};
-}
-
 }  // namespace
 
-std::string EtcdRendezvous::prefixOf(const std::string& runId) {
-  std::string escaped;
-  for (unsigned char c : runId) {
-    if (c == '/' || c == '%' || c < 0x20 || c >= 0x7f) {
-      escaped += fmt::format("%{:02X}", c);
-    } else {
-      escaped += static_cast<char>(c);
-    }
-  }
-  return "/muster/runs/" + escaped + "/";
-}
-
 EtcdRendezvous::EtcdRendezvous(etcd::Options options, const std::string& runId, int storePort, Millis retention)
-    : options_(std::move(options)), runId_(runId), prefix_(prefixOf(runId)), storePort_(storePort), retention_(retention) {
+    : options_(std::move(options)),
+      runId_(runId),
+      prefix_(etcd::runPrefix(runId, options_.runsPrefix)),
+      storePort_(storePort),
+      retention_(retention) {
   for (const auto& e : options_.endpoints) target_ += (target_.empty() ? "" : ",") + e;
   target_ = "etcd " + target_;
   thread_ = std::thread([this] { run(); });
@@ -105,7 +57,8 @@ EtcdRendezvous::~EtcdRendezvous() {
   }
   cv_.notify_all();
   thread_.join();
-  watch_.reset();
+  role_.clear();
+  shared_.clear();
   keepAlive_.reset();
   if (client_ && lease_ != 0) {
     // Every key of this node goes now: the others see it gone at once, not at the lease's end.
@@ -153,26 +106,45 @@ absl::Status EtcdRendezvous::start(const pb::JoinRequest& request, Deadline dead
   nodeId_ = request.node().node_id();
   // The lease's time to live is the keep-alive bound, in whole seconds (etcd's unit).
   int64_t ttl = std::max<int64_t>(2, static_cast<int64_t>((request.keep_alive_ms() + 999) / 1000));
+  ttl_ = Millis(ttl * 1000);
   auto lease = client_->grantLease(ttl, deadline);
   if (!lease.ok()) return lease.status();
   lease_ = *lease;
   Millis interval(std::max<int64_t>(200, ttl * 1000 / 3));
-  keepAlive_ = std::make_unique<etcd::KeepAlive>(*client_, lease_, interval, Millis(ttl * 1000),
+  keepAlive_ = std::make_unique<etcd::KeepAlive>(*client_, lease_, interval, ttl_,
                                                  [this](const std::string& why) { post([this, why] { lost(why); }); });
-  // What is there now, then every change after it.
-  etcd::pb::RangeRequest all;
-  all.set_key(prefix_);
-  all.set_range_end(etcd::prefixEnd(prefix_));
-  auto snapshot = client_->range(all, deadline);
-  if (!snapshot.ok()) return snapshot.status();
-  for (const auto& kv : snapshot->kvs()) applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
-  watch_ = std::make_unique<etcd::Watch>(
-      *client_, prefix_, snapshot->header().revision() + 1, Millis(ttl * 1000),
-      [this](etcd::Watch::Events events, int64_t) { post([this, events = std::move(events)] { apply(events); }); },
-      [this](const std::string& why) { post([this, why] { lost(why); }); });
-  logger()->info("run '{}' at {}: node {} holds lease {:x} ({} s); {} key(s) there", runId_, target_, nodeId_, lease_,
-                 ttl, snapshot->kvs_size());
+  // The run's state and the questions asked of it now, then every change after.
+  int64_t revision = 0;
+  for (const char* rest : {etcd::kStateKey, etcd::kStacksDir}) {
+    etcd::pb::RangeRequest read;
+    read.set_key(key(rest));
+    read.set_range_end(etcd::prefixEnd(key(rest)));
+    auto snapshot = client_->range(read, deadline);
+    if (!snapshot.ok()) return snapshot.status();
+    for (const auto& kv : snapshot->kvs()) applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
+    revision = snapshot->header().revision();
+    shared_.push_back(watchKeys(rest, revision + 1, /*role=*/false));
+  }
+  logger()->info("run '{}' at {}: node {} holds lease {:x} ({} s)", runId_, target_, nodeId_, lease_, ttl);
   return absl::OkStatus();
+}
+
+std::unique_ptr<etcd::Watch> EtcdRendezvous::watchKeys(const std::string& rest, int64_t revision, bool role) {
+  uint64_t generation = roleGeneration_;
+  return std::make_unique<etcd::Watch>(
+      *client_, key(rest), revision, ttl_,
+      [this, role, generation](etcd::Watch::Events events, int64_t) {
+        post([this, role, generation, events = std::move(events)] {
+          // Events a replaced role's watch sent before it was stopped are older than the read
+          // that started the new one.
+          if (!role || generation == roleGeneration_) apply(events);
+        });
+      },
+      [this, role, generation](const std::string& why) {
+        post([this, role, generation, why] {
+          if (!role || generation == roleGeneration_) lost(why);
+        });
+      });
 }
 
 void EtcdRendezvous::apply(const etcd::Watch::Events& events) {
@@ -191,12 +163,10 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
   std::string rest = fullKey.substr(prefix_.size());
   uint64_t round = 0;
   std::string node;
-  if (rest.rfind("stacks/", 0) == 0) {
-    if (rest.find('/', 7) != std::string::npos) return;  // an answer
-    try {
-      view_.stacks.insert(std::stoull(rest.substr(7)));
-    } catch (const std::exception&) {
-    }
+  const std::string stacksDir = etcd::kStacksDir;
+  if (rest.rfind(stacksDir, 0) == 0) {
+    uint64_t id = 0;
+    if (absl::SimpleAtoi(rest.substr(stacksDir.size()), &id)) view_.stacks.insert(id);
     return;
   }
   json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
@@ -204,7 +174,12 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
     logger()->warn("run '{}': key '{}' is not muster's (not a JSON object); ignored", runId_, fullKey);
     return;
   }
-  if (rest == "state") {
+  if (rest == etcd::kStateKey) {
+    const json& was = view_.state;
+    if (!was.is_object() || was.value("round", uint64_t{0}) != parsed.value("round", uint64_t{0}) ||
+        was.value("phase", std::string()) != parsed.value("phase", std::string())) {
+      roleStale_ = true;
+    }
     view_.state = std::move(parsed);
     view_.stateRevision = modRevision;
     // Rounds before the one before this are over for everyone: forget them.
@@ -212,7 +187,7 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
     while (!view_.joins.empty() && view_.joins.begin()->first + 1 < now) view_.joins.erase(view_.joins.begin());
     while (!view_.reports.empty() && view_.reports.begin()->first + 1 < now) view_.reports.erase(view_.reports.begin());
   } else if (splitRoundKey(rest, "join", &round, &node)) {
-    view_.joins[round][node] = {std::move(parsed), createRevision};
+    view_.joins[round].put(node, {std::move(parsed), createRevision});
   } else if (splitRoundKey(rest, "report", &round, &node)) {
     view_.reports[round][node] = std::move(parsed);
   }
@@ -221,11 +196,13 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
 void EtcdRendezvous::applyDelete(const std::string& fullKey) {
   if (fullKey.rfind(prefix_, 0) != 0) return;
   std::string rest = fullKey.substr(prefix_.size());
+  if (rest == roleKey_) roleStale_ = true;  // the decider this node followed is gone
   uint64_t round = 0;
   std::string node;
-  if (rest == "state") {
+  if (rest == etcd::kStateKey) {
     view_.state = nullptr;
     view_.stateRevision = 0;
+    roleStale_ = true;
   } else if (splitRoundKey(rest, "join", &round, &node)) {
     if (auto it = view_.joins.find(round); it != view_.joins.end()) it->second.erase(node);
   } else if (splitRoundKey(rest, "report", &round, &node)) {
@@ -233,17 +210,157 @@ void EtcdRendezvous::applyDelete(const std::string& fullKey) {
   }
 }
 
+void EtcdRendezvous::RoundJoins::put(const std::string& node, JoinEntry entry) {
+  erase(node);
+  byRevision[entry.createRevision] = node;
+  byNode[node] = std::move(entry);
+}
+
+void EtcdRendezvous::RoundJoins::erase(const std::string& node) {
+  auto it = byNode.find(node);
+  if (it == byNode.end()) return;
+  byRevision.erase(it->second.createRevision);
+  byNode.erase(it);
+}
+
+const EtcdRendezvous::JoinEntry* EtcdRendezvous::RoundJoins::first() const {
+  return byRevision.empty() ? nullptr : &byNode.at(byRevision.begin()->second);
+}
+
 void EtcdRendezvous::step() {
+  if (!lostWhy_.empty()) return;
+  if (roleStale_) chooseRole();
   if (join_) stepJoin();
   if (watching_) stepWatch();
+  if (roleKey_ == "decider" && lostWhy_.empty()) decide();
+}
+
+void EtcdRendezvous::chooseRole() {
+  roleStale_ = false;
+  const json& state = view_.state;
+  std::string phase = state.is_object() ? state.value("phase", std::string()) : "";
+  uint64_t stateRound = state.is_object() ? state.value("round", uint64_t{0}) : 0;
+  if (join_ && join_->keyRound && phase == "running" && stateRound + 1 == *join_->keyRound) {
+    // This node waits to be taken in while a round runs: that round's decider does it. Should
+    // none of its nodes be left, this node ends it.
+    std::string writer = writerOf(stateRound, state["nodes"]);
+    if (writer == nodeId_) {
+      becomeDecider();  // its key still there (a join from before this one)
+    } else if (writer.empty()) {
+      endRound(stateRound, etcd_rounds::nodeEvent(
+                               pb::RoundEvent::NODE_LOST, json::object(), -1,
+                               fmt::format("round {} of run '{}' has none of its nodes left", stateRound, runId_)));
+      } else {
+      follow(etcd::joinKey(stateRound, writer));
+    }
+  } else if (join_ && join_->keyRound && !(phase == "running" && stateRound >= *join_->keyRound)) {
+    // A gathering round: its first joiner still there decides, and its --nnodes is the run's.
+    etcd::pb::RangeRequest read;
+    read.set_key(key(etcd::joinKey(*join_->keyRound, "")));
+    read.set_range_end(etcd::prefixEnd(read.key()));
+    read.set_sort_target(etcd::pb::RangeRequest::CREATE);
+    read.set_sort_order(etcd::pb::RangeRequest::ASCEND);
+    read.set_limit(1);
+    auto first = client_->range(read, deadlineAfter(kWriteDeadline));
+    if (!first.ok()) {
+      lost(fmt::format("etcd at {}: {}", client_->endpointList(), std::string(first.status().message())));
+      return;
+    }
+    if (first->kvs_size() == 0) {
+      becomeDecider();  // not even this node's key: the watch will bring it
+      return;
+    }
+    const auto& kv = first->kvs(0);
+    json node = json::parse(kv.value(), nullptr, false);
+    if (node.is_object()) join_->first = JoinEntry{node, kv.create_revision()};
+    std::string id = node.is_object() ? node.value("id", std::string()) : "";
+    if (id == nodeId_) {
+      becomeDecider();
+    } else {
+      follow(etcd::joinKey(*join_->keyRound, id));
+    }
+  } else if (watching_ && phase == "running" && stateRound == watching_->round) {
+    std::string writer = writerOf(stateRound, state["nodes"]);
+    if (writer == nodeId_) {
+      becomeDecider();
+    } else if (!writer.empty()) {
+      follow(etcd::joinKey(stateRound, writer));
+    }
+  }
+}
+
+std::string EtcdRendezvous::writerOf(uint64_t round, const json& nodes) {
+  // Rank by rank, one key each: group rank 0 is nearly always there, and every node of
+  // thousands asking for all their keys would be each of them read by each.
+  for (const auto& node : nodes) {
+    auto id = node.value("id", std::string());
+    etcd::pb::RangeRequest read;
+    read.set_key(key(etcd::joinKey(round, id)));
+    read.set_keys_only(true);
+    auto there = client_->range(read, deadlineAfter(kWriteDeadline));
+    if (!there.ok()) {
+      lost(fmt::format("etcd at {}: {}", client_->endpointList(), std::string(there.status().message())));
+      return "";
+    }
+    if (there->kvs_size() > 0) return id;
+  }
+  return "";
+}
+
+void EtcdRendezvous::becomeDecider() {
+  if (roleKey_ == "decider") return;
+  ++roleGeneration_;
+  role_.clear();
+  roleKey_ = "decider";
+  // Every join and report key as it is now, then every change after.
+  view_.joins.clear();
+  view_.reports.clear();
+  std::vector<std::pair<const char*, int64_t>> reads;
+  for (const char* rest : {etcd::kJoinDir, etcd::kReportDir}) {
+    etcd::pb::RangeRequest read;
+    read.set_key(key(rest));
+    read.set_range_end(etcd::prefixEnd(read.key()));
+    auto all = client_->range(read, deadlineAfter(kWriteDeadline));
+    if (!all.ok()) {
+      lost(fmt::format("etcd at {}: {}", client_->endpointList(), std::string(all.status().message())));
+      return;
+    }
+    for (const auto& kv : all->kvs()) applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
+    role_.push_back(watchKeys(rest, all->header().revision() + 1, /*role=*/true));
+  }
+  logger()->debug("run '{}': node {} decides", runId_, nodeId_);
+}
+
+void EtcdRendezvous::follow(const std::string& rest) {
+  if (roleKey_ == rest) return;
+  ++roleGeneration_;
+  role_.clear();
+  view_.joins.clear();
+  view_.reports.clear();
+  roleKey_ = rest;
+  etcd::pb::RangeRequest read;
+  read.set_key(key(rest));
+  auto there = client_->range(read, deadlineAfter(kWriteDeadline));
+  if (!there.ok()) {
+    lost(fmt::format("etcd at {}: {}", client_->endpointList(), std::string(there.status().message())));
+    return;
+  }
+  if (there->kvs_size() == 0) {
+    roleStale_ = true;  // gone already: choose again
+    roleKey_.clear();
+    return;
+  }
+  role_.push_back(watchKeys(rest, there->header().revision() + 1, /*role=*/true));
+  logger()->debug("run '{}': node {} follows {}", runId_, nodeId_, rest);
 }
 
 void EtcdRendezvous::failJoin(absl::Status status) {
   auto done = std::move(join_->done);
   if (client_ && join_->keyRound) {
     etcd::pb::DeleteRangeRequest del;
-    del.set_key(key(fmt::format("join/{}/{}", *join_->keyRound, nodeId_)));
+    del.set_key(key(etcd::joinKey(*join_->keyRound, nodeId_)));
     (void)client_->deleteRange(del, deadlineAfter(Millis(2000)));
+    heldKeyRound_.reset();
   }
   join_.reset();
   done(std::move(status));
@@ -258,33 +375,6 @@ void EtcdRendezvous::lost(const std::string& why) {
     if (watching_->generation == watchGeneration_ && watching_->onError) watching_->onError(why);
     watching_.reset();
   }
-}
-
-bool EtcdRendezvous::writeState(const json& state, int64_t lease) {
-  etcd::pb::TxnRequest txn;
-  auto* compare = txn.add_compare();
-  compare->set_key(key("state"));
-  compare->set_target(etcd::pb::Compare::MOD);
-  compare->set_result(etcd::pb::Compare::EQUAL);
-  compare->set_mod_revision(view_.stateRevision);  // 0: the key is not there
-  auto* put = txn.add_success()->mutable_request_put();
-  put->set_key(key("state"));
-  put->set_value(state.dump());
-  put->set_lease(lease);
-  auto done = client_->txn(txn, deadlineAfter(kWriteDeadline));
-  if (!done.ok()) {
-    logger()->warn("run '{}': could not write the run's state: {}", runId_, std::string(done.status().message()));
-    return false;
-  }
-  return done->succeeded();
-}
-
-void EtcdRendezvous::endRound(uint64_t round, pb::RoundEvent event) {
-  logger()->warn("run '{}' round {}: {}", runId_, round, event.message());
-  json state = {{"round", round}, {"phase", "ended"}, {"event", eventToJson(event)}};
-  state["min"] = view_.state.value("min", 1);
-  state["max"] = view_.state.value("max", 1);
-  writeState(state);
 }
 
 void EtcdRendezvous::join(const pb::JoinRequest& request, Deadline deadline,
@@ -311,141 +401,6 @@ void EtcdRendezvous::join(const pb::JoinRequest& request, Deadline deadline,
   });
 }
 
-void EtcdRendezvous::stepJoin() {
-  auto& j = *join_;
-  const auto& req = j.request;
-  const json& state = view_.state;
-  std::string phase = state.is_object() ? state.value("phase", std::string()) : "";
-  uint64_t stateRound = state.is_object() ? state.value("round", uint64_t{0}) : 0;
-  if (phase == "finished") {
-    failJoin(absl::FailedPreconditionError(fmt::format(
-        "run '{}' has already finished; its id can start a new run once etcd forgets it (within {} s), or give "
-        "another --rdzv_id",
-        runId_, retention_.count() / 1000)));
-    return;
-  }
-  uint64_t target = 0;
-  bool mayClose = true;
-  if (phase == "running") {
-    const auto& nodes = state["nodes"];
-    for (size_t rank = 0; rank < nodes.size(); ++rank) {
-      if (nodes[rank].value("id", std::string()) != nodeId_ || !j.keyRound || *j.keyRound != stateRound) continue;
-      // This node is in the round that closed: its assignment.
-      pb::Assignment a;
-      a.set_round(stateRound);
-      a.set_group_rank(static_cast<int>(rank));
-      a.set_group_world_size(static_cast<int>(nodes.size()));
-      int offset = 0, world = 0;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        int lws = nodes[i].value("local_world_size", 1);
-        if (i < rank) offset += lws;
-        world += lws;
-      }
-      a.set_rank_offset(offset);
-      a.set_world_size(world);
-      a.set_master_addr(nodes[0].value("host", std::string()));
-      a.set_master_port(nodes[0].value("master_port", 0));
-      a.set_standalone_service(false);
-      if (int store = nodes[0].value("store_port", 0); store > 0) {
-        a.set_store_endpoint(net::joinHostPort(nodes[0].value("host", std::string()), store));
-      }
-      auto done = std::move(j.done);
-      join_.reset();
-      done(std::move(a));
-      return;
-    }
-    // A running round whose nodes are gone (every one of them, say, with nobody left to end
-    // it) is ended by whoever comes next.
-    for (size_t rank = 0; rank < nodes.size(); ++rank) {
-      auto id = nodes[rank].value("id", std::string());
-      if (!view_.joins[stateRound].count(id)) {
-        endRound(stateRound, nodeEvent(pb::RoundEvent::NODE_LOST, nodes[rank], static_cast<int>(rank),
-                                       fmt::format("node {} (group rank {}) was lost: its etcd lease ended",
-                                                   who(nodes[rank]), rank)));
-        return;
-      }
-    }
-    target = stateRound + 1;
-    mayClose = false;  // the next round closes once this one has ended
-  } else if (phase == "ended") {
-    target = stateRound + 1;
-  }
-  if (!j.keyRound || *j.keyRound != target) {
-    // This node's join key moves to the round it waits for.
-    etcd::pb::TxnRequest txn;
-    auto* put = txn.add_success()->mutable_request_put();
-    put->set_key(key(fmt::format("join/{}/{}", target, nodeId_)));
-    json node = {{"id", nodeId_},
-                 {"host", req.node().host()},
-                 {"local_world_size", req.node().local_world_size()},
-                 {"master_port", req.node().master_port()},
-                 {"store_port", storePort_},
-                 {"min", req.min_nodes()},
-                 {"max", req.max_nodes()}};
-    put->set_value(node.dump());
-    put->set_lease(lease_);
-    if (j.keyRound) txn.add_success()->mutable_request_delete_range()->set_key(key(fmt::format("join/{}/{}", *j.keyRound, nodeId_)));
-    auto written = client_->txn(txn, std::min(j.deadline, deadlineAfter(kWriteDeadline)));
-    if (!written.ok()) {
-      failJoin(written.status());
-      return;
-    }
-    j.keyRound = target;
-    j.closeAt = kNoDeadline;
-    logger()->debug("run '{}': node {} waits for round {}", runId_, nodeId_, target);
-    return;  // the watch brings the key back
-  }
-  auto& joined = view_.joins[target];
-  if (!joined.count(nodeId_)) return;  // not seen back yet
-  // The run's --nnodes is the first joiner's.
-  const JoinEntry* first = nullptr;
-  for (const auto& [id, entry] : joined) {
-    if (!first || entry.createRevision < first->createRevision) first = &entry;
-  }
-  int64_t runMin = first->node.value("min", int64_t{1}), runMax = first->node.value("max", int64_t{1});
-  if (runMin != req.min_nodes() || runMax != req.max_nodes()) {
-    failJoin(absl::InvalidArgumentError(fmt::format(
-        "node {} ({}) asks for --nnodes={} but run '{}' was started with --nnodes={} by node {}", req.node().host(),
-        nodeId_, nnodes(req.min_nodes(), req.max_nodes()), runId_, nnodes(runMin, runMax), who(first->node))));
-    return;
-  }
-  auto now = Clock::now();
-  auto n = static_cast<int64_t>(joined.size());
-  if (mayClose && (n >= runMax || (n >= runMin && j.closeAt != kNoDeadline && now >= j.closeAt))) {
-    std::vector<std::pair<int64_t, const json*>> order;
-    for (const auto& [id, entry] : joined) order.emplace_back(entry.createRevision, &entry.node);
-    std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (static_cast<int64_t>(order.size()) > runMax) order.resize(static_cast<size_t>(runMax));
-    json nodes = json::array();
-    for (const auto& [rev, node] : order) {
-      nodes.push_back({{"id", (*node)["id"]},
-                       {"host", (*node)["host"]},
-                       {"local_world_size", (*node)["local_world_size"]},
-                       {"master_port", (*node)["master_port"]},
-                       {"store_port", node->value("store_port", 0)}});
-    }
-    json state = {{"round", target}, {"phase", "running"}, {"nodes", nodes}, {"min", runMin}, {"max", runMax}};
-    if (writeState(state)) {
-      logger()->info("run '{}' round {}: closed with {} node(s)", runId_, target, nodes.size());
-    }
-    return;  // the watch brings the state, this node's or another's
-  }
-  if (n >= runMin && j.closeAt == kNoDeadline) {
-    j.closeAt = now + Millis(static_cast<int64_t>(req.last_call_ms()));
-  }
-  if (now >= j.deadline) {
-    std::string present;
-    size_t shown = 0;
-    for (const auto& [id, entry] : joined) {
-      if (shown++ < 8) present += (present.empty() ? "" : ", ") + entry.node.value("host", std::string("?"));
-    }
-    if (joined.size() > 8) present += fmt::format(", and {} more", joined.size() - 8);
-    failJoin(absl::DeadlineExceededError(
-        fmt::format("timed out after {:.1f} s waiting for nodes: {}/{} joined ({})", req.join_timeout_ms() / 1000.0,
-                    n, runMin, present)));
-  }
-}
-
 void EtcdRendezvous::watch(const std::string&, const std::string&, uint64_t round, Millis, Millis,
                            std::function<void(const pb::RoundEvent&)> onEvent, std::function<void(const std::string&)> onError,
                            std::function<void(uint64_t)> onStacks) {
@@ -459,6 +414,7 @@ void EtcdRendezvous::watch(const std::string&, const std::string&, uint64_t roun
     watching_ = RoundWatch{round, onEvent, onError, onStacks, {}, generation};
     // Roll-calls asked before this round began are not this round's.
     watching_->asked = view_.stacks;
+    roleStale_ = true;
     if (!lostWhy_.empty()) lost(lostWhy_);
   });
 }
@@ -468,95 +424,6 @@ void EtcdRendezvous::stopWatch() {
   ++watchGeneration_;
 }
 
-void EtcdRendezvous::stepWatch() {
-  auto& w = *watching_;
-  auto deliver = [&](const pb::RoundEvent& e) {
-    {
-      std::lock_guard lock(watchMu_);
-      if (w.generation == watchGeneration_ && w.onEvent) w.onEvent(e);
-    }
-    watching_.reset();
-  };
-  {
-    std::lock_guard lock(watchMu_);
-    if (w.generation != watchGeneration_) {
-      watching_.reset();
-      return;
-    }
-  }
-  for (uint64_t id : view_.stacks) {
-    if (w.asked.insert(id).second && w.onStacks) w.onStacks(id);
-  }
-  const json& state = view_.state;
-  if (!state.is_object()) return;
-  std::string phase = state.value("phase", std::string());
-  uint64_t stateRound = state.value("round", uint64_t{0});
-  if (stateRound > w.round || (stateRound == w.round && phase == "ended")) {
-    pb::RoundEvent e = stateRound == w.round ? eventFromJson(state.value("event", json::object()), w.round)
-                                              : pb::RoundEvent();
-    if (stateRound != w.round) {
-      e.set_kind(pb::RoundEvent::NODE_LOST);
-      e.set_round(w.round);
-      e.set_message(fmt::format("round {} of run '{}' was ended by the others", w.round, runId_));
-    }
-    deliver(e);
-    return;
-  }
-  if (stateRound != w.round) return;
-  if (phase == "finished") {
-    pb::RoundEvent e;
-    e.set_kind(pb::RoundEvent::JOB_SUCCEEDED);
-    e.set_round(w.round);
-    deliver(e);
-    return;
-  }
-  if (phase != "running") return;
-  const auto& nodes = state["nodes"];
-  auto& joined = view_.joins[w.round];
-  auto& reports = view_.reports[w.round];
-  size_t succeeded = 0;
-  std::set<std::string> members;
-  for (size_t rank = 0; rank < nodes.size(); ++rank) {
-    const auto& node = nodes[rank];
-    auto id = node.value("id", std::string());
-    members.insert(id);
-    auto report = reports.find(id);
-    if (report != reports.end() && report->second.value("outcome", std::string()) == "failed") {
-      auto e = nodeEvent(pb::RoundEvent::NODE_FAILED, node, static_cast<int>(rank),
-                         report->second.value("message", std::string()));
-      e.set_exit_code(report->second.value("exit_code", 1));
-      endRound(w.round, e);
-      return;
-    }
-    if (report != reports.end()) {
-      ++succeeded;
-      continue;  // done: its lease may go
-    }
-    if (!joined.count(id)) {
-      endRound(w.round, nodeEvent(pb::RoundEvent::NODE_LOST, node, static_cast<int>(rank),
-                                  fmt::format("node {} (group rank {}) was lost: its etcd lease ended (no keep-alive "
-                                              "within the keep-alive bound, or its launch went away)",
-                                              who(node), rank)));
-      return;
-    }
-  }
-  if (succeeded == nodes.size()) {
-    json done = {{"round", w.round}, {"phase", "finished"}, {"min", state.value("min", 1)}, {"max", state.value("max", 1)}};
-    // The finished run is remembered for the retention time, then its key goes with its lease.
-    auto retention = client_->grantLease(std::max<int64_t>(2, retention_.count() / 1000), deadlineAfter(kWriteDeadline));
-    if (retention.ok() && writeState(done, *retention)) logger()->info("run '{}' round {}: every node succeeded", runId_, w.round);
-    return;
-  }
-  if (static_cast<int64_t>(nodes.size()) < state.value("max", int64_t{1})) {
-    for (const auto& [id, entry] : view_.joins[w.round + 1]) {
-      if (members.count(id)) continue;
-      endRound(w.round, nodeEvent(pb::RoundEvent::NODE_WAITING, entry.node, -1,
-                                  fmt::format("node {} waits to join; restarting to take it in", who(entry.node))));
-      return;
-    }
-  }
-}
-
 void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done) {
   post([this, request, deadline, done = std::move(done)] {
     if (!client_) {
@@ -564,7 +431,7 @@ void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline,
       return;
     }
     etcd::pb::PutRequest put;
-    put.set_key(key(fmt::format("report/{}/{}", request.round(), nodeId_)));
+    put.set_key(key(etcd::reportKey(request.round(), nodeId_)));
     json r = {{"outcome", request.outcome() == pb::ReportRequest::SUCCEEDED ? "succeeded" : "failed"},
               {"exit_code", request.exit_code()},
               {"message", request.message()}};
@@ -583,7 +450,7 @@ void EtcdRendezvous::putStacks(const pb::PutStacksRequest& request, Deadline dea
       return;
     }
     etcd::pb::PutRequest put;
-    put.set_key(key(fmt::format("stacks/{}/{}", request.request(), nodeId_)));
+    put.set_key(key(etcd::stacksAnswerKey(request.request(), nodeId_)));
     put.set_value(request.json());
     put.set_lease(lease_);
     done(client_->put(put, std::min(deadline, deadlineAfter(kWriteDeadline))).status());

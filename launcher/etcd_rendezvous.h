@@ -1,19 +1,18 @@
 // The rendezvous kept in an etcd cluster (--rdzv_backend=etcd): no muster service; every
-// node's launch reads and writes the run's keys under one prefix, and agrees on each round
-// through etcd's transactions.
+// node's launch reads and writes the run's keys (etcd/run_keys.h) and agrees on each round
+// through etcd's transactions on `state`, written only by a transaction on its revision.
 //
-// Keys, under /muster/runs/<run id>/ (readable with `etcdctl get --prefix`):
-//   state               the run: {"round", "phase": running|ended|finished, "nodes" of the
-//                       running round in group-rank order, "event" that ended it}; written
-//                       only by a transaction that compares its revision, so one writer wins
-//   join/<round>/<node> a node waiting for, or running in, that round; on the node's lease
-//   report/<round>/<node>  how the node's part of the round ended; on the node's lease
-//   stacks/<id>[/<node>]   a stack roll-call asked of the run, and each node's answer
 // A node's lease is its life: kept alive every keep_alive_interval, it expires after
 // keep_alive_interval x keep_alive_max_attempt without, and every key of the node goes with
-// it, which the others see as the node lost. Every node watches the prefix (no polling) and
-// keeps a view of it; any node may close a gathering round or end a running one, by a
-// transaction on `state`; every node acts on the `state` it sees, so all act alike.
+// it, which the others see as the node lost.
+//
+// One node decides each round: of a gathering round, the first joiner still there (its join
+// key's create revision the lowest); of a running round, the lowest group rank still there.
+// The decider alone watches the join and report keys and writes the round's state (closed,
+// ended and why, finished); every node watches `state` and the roll-call questions, and every
+// other node watches the decider's join key alone, to choose again when it goes. So a round
+// of N nodes costs etcd O(N) watch events, not every node's key sent to every node (N^2,
+// which at 512 nodes left etcd's watchers minutes behind).
 #pragma once
 
 #include <condition_variable>
@@ -24,6 +23,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -58,19 +58,25 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   void stopWatch() override;
   void cancel() override;
 
-  // The prefix of a run's keys (the run id escaped so that no run's prefix holds another's).
-  static std::string prefixOf(const std::string& runId);
-
  private:
   struct JoinEntry {
     nlohmann::json node;
     int64_t createRevision = 0;
   };
-  // What this node knows of the run's keys, kept by the watch.
+  // A round's join keys, by node and in the order they came (their create revision).
+  struct RoundJoins {
+    std::map<std::string, JoinEntry> byNode;
+    std::map<int64_t, std::string> byRevision;
+    void put(const std::string& node, JoinEntry entry);
+    void erase(const std::string& node);
+    const JoinEntry* first() const;
+  };
+  // What this node knows of the run's keys: `state` and the questions (every node), the join
+  // and report keys (the decider), kept by the watches.
   struct View {
     nlohmann::json state;  // null: no round yet
     int64_t stateRevision = 0;
-    std::map<uint64_t, std::map<std::string, JoinEntry>> joins;
+    std::map<uint64_t, RoundJoins> joins;
     std::map<uint64_t, std::map<std::string, nlohmann::json>> reports;
     std::set<uint64_t> stacks;
   };
@@ -78,7 +84,8 @@ class EtcdRendezvous : public rendezvous::RoundClient {
     muster::v1::JoinRequest request;
     Deadline deadline;
     std::function<void(absl::StatusOr<muster::v1::Assignment>)> done;
-    std::optional<uint64_t> keyRound;  // the round this node's join key is at
+    std::optional<uint64_t> keyRound;  // the round this join put this node's key at
+    std::optional<JoinEntry> first;    // that round's first joiner, whose --nnodes is the run's
     Deadline closeAt = kNoDeadline;    // the last call: MIN nodes are there, and more may come
   };
   struct RoundWatch {
@@ -92,18 +99,33 @@ class EtcdRendezvous : public rendezvous::RoundClient {
 
   void run();
   void post(std::function<void()> task);
-  // Connects, takes this node's lease and starts the watch (once, at the first join).
+  // Connects, takes this node's lease and starts the shared watches (once, at the first join).
   absl::Status start(const muster::v1::JoinRequest& request, Deadline deadline);
+  // A watch of the keys under `rest`, from `revision`, its events applied on this thread; a
+  // role watch's events are dropped once the role has changed.
+  std::unique_ptr<etcd::Watch> watchKeys(const std::string& rest, int64_t revision, bool role);
   void apply(const etcd::Watch::Events& events);
   void applyPut(const std::string& key, const std::string& value, int64_t createRevision, int64_t modRevision);
   void applyDelete(const std::string& key);
+  // Who decides the round this node waits for or runs in, and this node's watches to match:
+  // the join and report keys when it decides, the decider's join key when another does.
+  void chooseRole();
+  void becomeDecider();
+  void follow(const std::string& rest);
+  // The lowest group rank of running round `round` still there ("" for none).
+  std::string writerOf(uint64_t round, const nlohmann::json& nodes);
   void step();
   void stepJoin();
+  // Tells the agent its round's end (every node).
   void stepWatch();
+  // Decides the running round's end (its decider, whether or not it still runs in it: a node
+  // whose rank failed decides while it waits for the next round).
+  void decide();
   void failJoin(absl::Status status);
   void lost(const std::string& why);
   // Writes `state` if nobody wrote it since this node read it (false: somebody did, or etcd
-  // did not answer; the watch brings what is there).
+  // did not answer; the watch brings what is there). Once written, not again over the same
+  // revision: the watch is bringing the new one.
   bool writeState(const nlohmann::json& state, int64_t lease = 0);
   void endRound(uint64_t round, muster::v1::RoundEvent event);
   std::string key(const std::string& rest) const { return prefix_ + rest; }
@@ -112,13 +134,20 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   std::string runId_, prefix_, target_, nodeId_;
   int storePort_;
   Millis retention_;
+  Millis ttl_{0};
   std::unique_ptr<etcd::Client> client_;
   int64_t lease_ = 0;
   std::unique_ptr<etcd::KeepAlive> keepAlive_;
-  std::unique_ptr<etcd::Watch> watch_;
+  std::vector<std::unique_ptr<etcd::Watch>> shared_;  // state, roll-call questions
+  std::vector<std::unique_ptr<etcd::Watch>> role_;    // join/ and report/, or a decider's join key
+  std::string roleKey_;                               // "decider", a followed key's rest, or ""
+  uint64_t roleGeneration_ = 0;
+  bool roleStale_ = false;  // something changed that may change who decides
   View view_;
   std::optional<PendingJoin> join_;
   std::optional<RoundWatch> watching_;
+  std::optional<uint64_t> heldKeyRound_;  // where this node's join key is, whichever join put it
+  int64_t wroteOver_ = -1;  // the state revision this node last wrote over (its write on the way)
   std::string lostWhy_;  // not empty: this node's lease or watch is gone
 
   std::mutex mu_;

@@ -262,7 +262,40 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=h:65536", "p"}, "a port 0-65535"},
                       BadCase{{"--rdzv_backend=c10d", "--rdzv_endpoint=[::1]x", "p"}, "[IPV6]"},
                       BadCase{{"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=h:0", "p"},
-                              "one-node job only"}));
+                              "one-node job only"},
+                      // etcd: the members' list, TLS and auth in --rdzv_conf, as torchrun names them.
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1:2379,h2:x", "p"},
+                              "'h2:x' is not an etcd endpoint"},
+                      BadCase{{"--rdzv_backend=etcd-v2", "--rdzv_endpoint=h1:2379/v2", "p"}, "is not an etcd endpoint"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=protocol=ftp", "p"},
+                              "--rdzv_conf protocol=ftp is invalid; expected http or https"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=cacert=/ca.pem", "p"},
+                              "cacert= is for TLS to etcd; add protocol=https"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=https://h1", "--rdzv_conf=cert=/c.pem", "p"},
+                              "cert= and key= go together"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=password_file=/p", "p"},
+                              "password_file= needs user="},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=is_host=1", "p"},
+                              "with etcd no node hosts the rendezvous"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_tls_ca=/ca.pem", "p"},
+                              "--rdzv_tls_ca is for a rendezvousd"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=https://h1",
+                               "--rdzv_conf=cacert=/a.pem,ca_cert=/b.pem", "p"},
+                              "ca_cert= and cacert= name the same file differently"},
+                      BadCase{{"--rdzv_backend=etcd-v2", "--rdzv_endpoint=h1", "--rdzv_conf=ssl_cert=/c.pem", "p"},
+                              "cert= is for TLS to etcd"},
+                      BadCase{{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=etcd_prefix=jobs", "p"},
+                              "etcd_prefix=jobs is invalid"}));
+
+// etcd's members: every one kept, the scheme read (https:// everywhere: TLS), etcd's port by
+// default; torchrun's key names for TLS.
+TEST(LaunchOptions, EtcdTakesEveryMemberAndTorchrunsTlsKeys) {
+  auto o = parse({"--nnodes=2", "--rdzv_backend=etcd", "--rdzv_endpoint=https://h1,https://h2:2380,h3:12379",
+                  "--rdzv_conf=cacert=/ca.pem,cert=/c.pem,key=/k.pem,user=u,password_file=/p", "p"});
+  EXPECT_EQ(o.rdzvHost, "h1");
+  EXPECT_EQ(o.rdzvPort, 2379);
+  EXPECT_EQ(parse({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=h1:2379", "p"}).rdzvBackend, "etcd-v2");
+}
 
 // Hardware this machine may lack: each missing piece is one line saying what to do.
 TEST(LaunchOptions, AcceleratorFlagsWithoutTheHardwareSaySo) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/net.h"
 #include "etcd/client.h"
+#include "etcd/options.h"
 #include "launcher/devices.h"
 #include "launcher/option_values.h"
 #include "launcher/options.h"
@@ -50,24 +51,7 @@ absl::Status validateEtcd(LaunchOptions& o) {
     o.rdzvHost = first->host;
     o.rdzvPort = first->port.value_or(2379);
   }
-  const auto& conf = o.rdzvConf.given;
-  auto protocol = conf.count("protocol") ? conf.at("protocol") : (https ? "https" : "http");
-  if (protocol != "http" && protocol != "https") {
-    return absl::InvalidArgumentError(
-        fmt::format("--rdzv_conf protocol={} is invalid; expected http or https", protocol));
-  }
-  for (const char* tlsKey : {"cacert", "cert", "key"}) {
-    if (protocol == "http" && conf.count(tlsKey)) {
-      return absl::InvalidArgumentError(fmt::format(
-          "--rdzv_conf {}= is for TLS to etcd; add protocol=https (or give https:// endpoints)", tlsKey));
-    }
-  }
-  if (conf.count("cert") != conf.count("key")) {
-    return absl::InvalidArgumentError("--rdzv_conf cert= and key= go together (this node's TLS certificate and its key)");
-  }
-  if (conf.count("password_file") && !conf.count("user")) {
-    return absl::InvalidArgumentError("--rdzv_conf password_file= needs user= (etcd's user name)");
-  }
+  if (auto s = etcd::checkConf(o.rdzvConf.given, https, "--rdzv_conf"); !s.ok()) return s;
   if (!o.rdzvTlsCa.empty()) {
     return absl::InvalidArgumentError(
         "--rdzv_tls_ca is for a rendezvousd; for etcd over TLS give --rdzv_conf protocol=https,cacert=CA.pem");

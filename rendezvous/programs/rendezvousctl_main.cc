@@ -21,6 +21,8 @@
 #include "common/contract.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "etcd/options.h"
+#include "etcd/roll_call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rendezvous/rpc/grpc_channel.h"
 #include "rendezvous/client/rendezvous_client.h"
@@ -105,6 +107,29 @@ int launchStacks(long pid, double timeoutS) {
   return out.rfind("launch: ", 0) == 0 ? 1 : 0;
 }
 
+// One report of a run's roll-call: every answering node's ranks, the nodes that did not answer.
+struct NodeAnswer {
+  std::string host, json;
+};
+int printRollCall(const std::string& runId, const std::vector<NodeAnswer>& answers,
+                  const std::vector<std::string>& missing, double timeoutS) {
+  std::vector<muster::stacks::RankStacks> ranks;
+  for (const auto& node : answers) {
+    try {
+      auto more = muster::stacks::fromJson(nlohmann::json::parse(node.json));
+      ranks.insert(ranks.end(), more.begin(), more.end());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rendezvousctl: node %s sent stacks that are not muster's: %s\n", node.host.c_str(), e.what());
+    }
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  std::string out = muster::stacks::fullReport(
+      ranks, fmt::format("run '{}', {} node(s), asked for through the rendezvous", runId, answers.size()));
+  for (const auto& who : missing) out += fmt::format("\nnode {} did not answer within {:g} s\n", who, timeoutS);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return answers.empty() ? 1 : 0;
+}
+
 // `stacks --run ID`: a roll-call of every node of a run through the rendezvous service.
 int runStacks(const ClientOptions& options, const std::string& runId, double timeoutS) {
   muster::rendezvous::RendezvousClient client(options.target, options.token, options.tlsCaPem, options.tlsServerName);
@@ -118,21 +143,30 @@ int runStacks(const ClientOptions& options, const std::string& runId, double tim
                  options.target.c_str(), std::string(reply.status().message()).c_str());
     return 1;
   }
-  std::vector<muster::stacks::RankStacks> ranks;
-  for (const auto& node : reply->nodes()) {
-    try {
-      auto more = muster::stacks::fromJson(nlohmann::json::parse(node.json()));
-      ranks.insert(ranks.end(), more.begin(), more.end());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rendezvousctl: node %s sent stacks that are not muster's: %s\n", node.host().c_str(), e.what());
-    }
+  std::vector<NodeAnswer> answers;
+  for (const auto& node : reply->nodes()) answers.push_back({node.host(), node.json()});
+  std::vector<std::string> missing(reply->missing().begin(), reply->missing().end());
+  return printRollCall(runId, answers, missing, timeoutS);
+}
+
+// `stacks --run ID --etcd ENDPOINTS`: the same roll-call where the run's rendezvous is etcd.
+int etcdStacks(const std::string& endpoints, const std::string& conf, const std::string& runId, double timeoutS) {
+  auto parsed = muster::etcd::parseConf(conf, "--etcd-conf");
+  if (!parsed.ok()) return failed(parsed.status());
+  auto options = muster::etcd::clientOptions(endpoints, *parsed, "--etcd-conf");
+  if (!options.ok()) return failed(options.status());
+  auto timeout = muster::Millis(static_cast<int64_t>(timeoutS * 1000));
+  auto client = muster::etcd::Client::connect(*options, muster::deadlineAfter(std::max(timeout, muster::Millis(5000))));
+  if (!client.ok()) return failed(client.status());
+  auto reply = muster::etcd::askForStacks(**client, runId, timeout);
+  if (!reply.ok()) {
+    std::fprintf(stderr, "rendezvousctl: stack roll-call of run '%s' at etcd %s failed: %s\n", runId.c_str(),
+                 (*client)->endpointList().c_str(), std::string(reply.status().message()).c_str());
+    return 1;
   }
-  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
-  std::string out = muster::stacks::fullReport(
-      ranks, fmt::format("run '{}', {} node(s), asked for through the rendezvous", runId, reply->nodes_size()));
-  for (const auto& who : reply->missing()) out += fmt::format("\nnode {} did not answer within {:g} s\n", who, timeoutS);
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  return reply->nodes_size() > 0 ? 0 : 1;
+  std::vector<NodeAnswer> answers;
+  for (const auto& node : reply->answered) answers.push_back({node.host, node.json});
+  return printRollCall(runId, answers, reply->missing, timeoutS);
 }
 
 }  // namespace
@@ -151,6 +185,14 @@ int main(int argc, char** argv) {
   app.add_option("--tls-ca", caFile, "PEM CA that signed the store's certificate")
       ->check(CLI::ExistingFile);
   app.add_option("--tls-server-name", options.tlsServerName, "name to check in the certificate");
+  std::string etcdEndpoints, etcdConf;
+  auto* etcdFlag = app.add_option("--etcd", etcdEndpoints,
+                                  "stacks --run: the run's rendezvous is in this etcd cluster (HOST:PORT,...), "
+                                  "as launch --rdzv_backend=etcd --rdzv_endpoint gave it");
+  app.add_option("--etcd-conf", etcdConf,
+                 "etcd's TLS and auth as launch's --rdzv_conf names them: protocol=https,cacert=,cert=,key=,"
+                 "user=,password_file= (or MUSTER_ETCD_PASSWORD)")
+      ->needs(etcdFlag);
   app.add_option("--timeout", timeoutS, "seconds to wait for connecting and for keys")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -161,6 +203,8 @@ int main(int argc, char** argv) {
   // At most one; none is said below, after unknown flags have been (CLI11 checks a required
   // subcommand first, and `--bogus` alone would read "A subcommand is required").
   app.require_subcommand(0, 1);
+  // --addr, --etcd and the like also after the subcommand: `stacks --run ID --etcd ...`.
+  app.fallthrough();
   std::string key, value, expected;
   std::vector<std::string> keys;
   int64_t delta = 1;
@@ -194,7 +238,8 @@ int main(int argc, char** argv) {
                 "job runs on");
   std::string runId;
   auto* byPid = stacks->add_option("--pid", launchPid, "a launch on this host: its pid")->check(CLI::PositiveNumber);
-  auto* byRun = stacks->add_option("--run", runId, "every node of this run (--rdzv_id), through the rendezvous at --addr");
+  auto* byRun = stacks->add_option("--run", runId,
+                                   "every node of this run (--rdzv_id), through the rendezvous at --addr (or --etcd)");
   byPid->excludes(byRun);
   stacks->require_option(1);
   try {
@@ -208,6 +253,10 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
                  "check, wait, delete, num-keys, append, health or stacks (see --help)\n");
+    return 2;
+  }
+  if (!etcdEndpoints.empty() && !(*stacks && !runId.empty())) {
+    std::fprintf(stderr, "rendezvousctl: --etcd is for stacks --run ID (a run whose rendezvous is in etcd)\n");
     return 2;
   }
   if (escaped) {
@@ -246,6 +295,7 @@ int main(int argc, char** argv) {
   auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
   if (*health) return checkHealth(options, timeoutS);
   if (*stacks && launchPid > 0) return launchStacks(launchPid, timeoutS);
+  if (*stacks && !etcdEndpoints.empty()) return etcdStacks(etcdEndpoints, etcdConf, runId, timeoutS);
   if (*stacks) return runStacks(options, runId, timeoutS);
   auto client = StoreClient::connect(options, deadline);
   if (!client.ok()) return failed(client.status());

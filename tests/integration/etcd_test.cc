@@ -4,11 +4,14 @@
 // killed node within the keep-alive bound, and refuse bad endpoints, a wrong CA and a wrong
 // password with one line each.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <signal.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <regex>
 #include <thread>
 
 #include "tests/support/child.h"
@@ -57,10 +60,12 @@ class Etcd : public ::testing::Test {
             "--rdzv_id=job-etcd",
             "--rdzv_conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=60" + extraConf};
   }
-  std::unique_ptr<Child> node(std::vector<std::string> f, const std::string& program) {
+  std::unique_ptr<Child> node(std::vector<std::string> f, const std::string& program,
+                              const std::vector<std::string>& args = {}) {
     std::vector<std::string> argv{launchPath()};
     argv.insert(argv.end(), f.begin(), f.end());
     argv.push_back(program);
+    argv.insert(argv.end(), args.begin(), args.end());
     return std::make_unique<Child>(argv);
   }
   std::map<std::string, std::string> env(int rank) {
@@ -225,6 +230,154 @@ TEST_F(Etcd, TlsAndAuthWorkAndAWrongCaOrPasswordIsOneLine) {
   auto badPassword = node(flags("1", 1, conf(cluster_->ca(), wrong)), recorder());
   expectExit(*badPassword, 1);
   EXPECT_NE(badPassword->stderrText().find("refused user 'root'"), std::string::npos) << badPassword->stderrText();
+}
+
+// Elastic: a third node that comes while two run (--nnodes=2:3) is taken in by a new round,
+// which is not counted as a restart; rounds of two keep running until it comes.
+TEST_F(Etcd, AThirdNodeIsTakenInByANewRoundWithoutUsingARestart) {
+  startCluster();
+  std::string w = script("r=$MUSTER_ROUND\nenv > " + (dir_ / "env_").string() + "${r}_$RANK\n"
+                         "[ \"$WORLD_SIZE\" != 3 ] && { echo up > " + (dir_ / "up_").string() +
+                         "$RANK; sleep 60 & wait; }\nexit 0\n");
+  auto f = flags("2:3", 1);
+  f.push_back("--max_restarts=0");
+  auto a = node(f, w);
+  auto b = node(f, w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  auto c = node(f, w);
+  expectExit(*a, 0);
+  expectExit(*b, 0);
+  expectExit(*c, 0);
+  int round = 1;
+  while (round < 10 && !fs::exists(dir_ / ("env_" + std::to_string(round) + "_2"))) ++round;
+  auto e = muster::testing::readEnvFile(dir_ / ("env_" + std::to_string(round) + "_2"));
+  EXPECT_EQ(e["WORLD_SIZE"], "3") << a->stderrText() << c->stderrText();
+  EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+  EXPECT_NE(a->stderrText().find("not counted as a restart"), std::string::npos) << a->stderrText();
+}
+
+// A launch that stops (SIGTERM) takes its lease with it: the other node sees it gone at once,
+// not at the lease's end (20 s here).
+TEST_F(Etcd, ANodeThatStopsIsSeenGoneAtOnceNotAtItsLeasesEnd) {
+  startCluster();
+  std::string w = waiter();
+  auto slow = flags("2", 1);
+  slow.back() = "--rdzv_conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=20,join_timeout=60";
+  auto a = node(slow, w);
+  auto b = node(slow, w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  auto stopped = std::chrono::steady_clock::now();
+  b->kill(SIGTERM);
+  auto ea = a->wait(kRun);
+  auto seen = std::chrono::steady_clock::now() - stopped;
+  ASSERT_TRUE(ea);
+  EXPECT_EQ(ea->code, 1) << a->stderrText();
+  EXPECT_LT(seen, milliseconds(8000)) << std::chrono::duration_cast<milliseconds>(seen).count() << " ms";
+  expectExit(*b, 128 + SIGTERM);
+}
+
+// --hang_timeout on an etcd job: the node whose rank hangs names it with its stack, and the
+// job stops on every node.
+TEST_F(Etcd, AHungRankIsReportedWithItsStackAndEveryNodeStops) {
+  startCluster();
+  std::string stuck = muster::testing::buildDir() + "/tests/integration/stuck_worker";
+  auto f = flags("2", 2);
+  f.insert(f.end(), {"--hang_timeout=3", "--no_python"});
+  auto a = node(f, stuck, {"2"});
+  auto b = node(f, stuck, {"2"});
+  expectExit(*a, 1);
+  expectExit(*b, 1);
+  std::string both = a->stderrText() + b->stderrText();
+  EXPECT_NE(both.find("no rank showed progress for 3 s (--hang_timeout)"), std::string::npos) << both;
+  EXPECT_TRUE(std::regex_search(both, std::regex(R"(  rank 2: [^\n]*stuck_in_native_loader\(\))"))) << both;
+}
+
+// The anchor: torchrun 1.13's own etcd backends (etcd, etcd-v2: python3-etcd on etcd's v2 API)
+// and launch, with the same flags (one member's endpoint, as torchrun takes one; TLS with the
+// keys each torchrun backend names: cacert= for etcd, ca_cert= for etcd-v2) on the same
+// cluster, run the same two-node DDP
+// step: the same parameters to the bit, the same all-reduce, the same variables where torchrun
+// 1.13's etcd backends and launch --torchrun_version=1.13 agree by design.
+TEST_F(Etcd, TorchrunsEtcdBackendsAndLaunchRunTheSameDdpStepOnOneCluster) {
+  if (std::system("/usr/bin/python3 -c 'import etcd, torch.distributed' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "python3-etcd or python3-torch is not installed (deploy/setup.sh installs them)";
+  }
+  startCluster({.members = 3, .tls = true});
+  unsetenv("OMP_NUM_THREADS");
+  std::string ddp = muster::testing::sourceDir() + "/tests/compat/ddp_step.py";
+  auto run = [&](const std::string& who, const std::string& backend) {
+    fs::create_directories(dir_ / who);
+    std::vector<std::unique_ptr<Child>> nodes;
+    for (int n = 0; n < 2; ++n) {
+      std::vector<std::string> argv;
+      if (who.rfind("torchrun", 0) == 0) {
+        argv = {"/usr/bin/python3", muster::testing::sourceDir() + "/tests/compat/torchrun_py311.py"};
+      } else {
+        argv = {launchPath(), "--torchrun_version=1.13"};
+      }
+      argv.insert(argv.end(), {"--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=" + backend,
+                               "--rdzv_endpoint=" + cluster_->endpoint(0), "--rdzv_id=ddp-" + who,
+                               // torchrun's etcd backend names its CA cacert=, its etcd-v2 backend ca_cert=.
+                               "--rdzv_conf=protocol=https," + std::string(backend == "etcd" ? "cacert=" : "ca_cert=") +
+                                   cluster_->ca() + ",last_call_timeout=1",
+                               ddp, (dir_ / who).string()});
+      nodes.push_back(std::make_unique<Child>(argv, std::vector<std::string>{"PYTHON_EXEC=/usr/bin/python3"}));
+    }
+    for (auto& n : nodes) expectExit(*n, 0);
+  };
+  run("torchrun-etcd", "etcd");
+  run("torchrun-etcd-v2", "etcd-v2");
+  run("launch-etcd", "etcd");
+  run("launch-etcd-v2", "etcd-v2");
+  auto result = [&](const std::string& who, int rank) {
+    std::ifstream in(dir_ / who / (std::to_string(rank) + ".json"));
+    EXPECT_TRUE(in.good()) << who << " rank " << rank << " wrote nothing";
+    return in.good() ? nlohmann::json::parse(in) : nlohmann::json();
+  };
+  // Where torchrun's etcd backends and launch differ on purpose: the workers' store is
+  // launch's (USE_AGENT_STORE), not one rank 0 opens at a port of its own; the error file's
+  // folder is each launcher's own.
+  const std::set<std::string> theirOwn{"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+                                       "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID"};
+  for (const char* torch : {"torchrun-etcd", "torchrun-etcd-v2"}) {
+    for (const char* ours : {"launch-etcd", "launch-etcd-v2"}) {
+      for (int rank = 0; rank < 2; ++rank) {
+        auto theirs = result(torch, rank), mine = result(ours, rank);
+        ASSERT_FALSE(theirs.is_null() || mine.is_null());
+        EXPECT_EQ(mine["allreduce"], 3.0);
+        EXPECT_EQ(mine["params"], theirs["params"]) << ours << " against " << torch << ", rank " << rank;
+        for (auto& [key, value] : theirs["env"].items()) {
+          if (theirOwn.count(key)) continue;
+          EXPECT_EQ(mine["env"][key], value) << key << ": " << ours << " against " << torch << ", rank " << rank;
+        }
+        EXPECT_EQ(mine["env"]["TORCHELASTIC_USE_AGENT_STORE"], "True");
+      }
+    }
+  }
+}
+
+// etcd's roles grant a user some prefixes: with etcd_prefix= (torchrun's etcd backend's key) a
+// run lives where the user may write; elsewhere the user is refused in one line.
+TEST_F(Etcd, AUserWhoseRoleGrantsOnePrefixRunsThereWithEtcdPrefix) {
+  startCluster({.members = 1, .auth = true});
+  bool ok = false;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"role", "add", "team-a"},
+           {"role", "grant-permission", "team-a", "--prefix=true", "readwrite", "/jobs/team-a/"},
+           {"user", "add", "alice:alice-password"},
+           {"user", "grant-role", "alice", "team-a"}}) {
+    cluster_->etcdctl(args, &ok);
+    ASSERT_TRUE(ok) << args[0] << " " << args[1];
+  }
+  std::ofstream(dir_ / "alice") << "alice-password\n";
+  std::string alice = ",user=alice,password_file=" + (dir_ / "alice").string();
+  auto a = node(flags("1", 1, alice + ",etcd_prefix=/jobs/team-a"), recorder());
+  expectExit(*a, 0);
+  auto state = cluster_->etcdctl({"get", "--print-value-only", "/jobs/team-a/job-etcd/state"});
+  EXPECT_NE(state.find("\"phase\":\"finished\""), std::string::npos) << state;
+  auto refused = node(flags("1", 1, alice + ",join_timeout=5"), recorder());
+  expectExit(*refused, 1);
+  EXPECT_NE(refused->stderrText().find("permission denied"), std::string::npos) << refused->stderrText();
 }
 
 }  // namespace

@@ -282,15 +282,7 @@ TEST_F(Stacks, OneRollCallThroughTheRendezvousCoversTwoNodes) {
   auto a = node(1);
   auto b = node(2);
   // Each node prints its own ranks' ready lines; together, all four.
-  auto count = [](const std::string& text) {
-    std::regex re("rank \\d+ pid \\d+ ready");
-    return std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
-  };
-  for (int i = 0; i < 600 && count(a->stdoutText()) + count(b->stdoutText()) < 4; ++i) {
-    a->waitForLine("never", milliseconds(50), false);
-    b->waitForLine("never", milliseconds(50), false);
-  }
-  ASSERT_EQ(count(a->stdoutText()) + count(b->stdoutText()), 4) << a->stderrText() << b->stderrText();
+  ASSERT_TRUE(testing::awaitReadyLines({a.get(), b.get()}, 4, milliseconds(30000))) << a->stderrText() << b->stderrText();
   std::this_thread::sleep_for(milliseconds(300));  // from "ready" into their functions
   Child ctl({"/usr/bin/nsenter", "--net=" + net.path(2), "--", ctlPath(), "--addr=" + endpoint, "--timeout=20",
              "stacks", "--run=stk"});

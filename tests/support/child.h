@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -61,11 +62,13 @@ inline size_t memoryBytes(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// An empty directory of this test's own: $TMPDIR/<prefix>-<pid>-<test name>, made anew.
+// An empty directory of this test's own: $TMPDIR/<prefix>-<pid>-<test name>, made anew (outside
+// a test, as in a bench: <prefix>-<pid>-<a count>).
 inline std::filesystem::path freshTestDir(const std::string& prefix) {
+  static std::atomic<int> made{0};
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
   auto dir = std::filesystem::temp_directory_path() /
-             (prefix + "-" + std::to_string(getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+             (prefix + "-" + std::to_string(getpid()) + "-" + (test ? test->name() : std::to_string(++made)));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -255,5 +258,25 @@ class Child {
   std::vector<std::string> outLines_, errLines_;
   std::string outPartial_, errPartial_;
 };
+
+// Waits until `nodes` together have printed `ranks` "rank R pid P ready" lines on stdout (what
+// a rank of the roll-call tests prints once its stack handler is in); false after `timeout`.
+inline bool awaitReadyLines(const std::vector<Child*>& nodes, long ranks, std::chrono::milliseconds timeout) {
+  static const std::regex re("rank \\d+ pid \\d+ ready");
+  auto count = [&] {
+    long n = 0;
+    for (auto* c : nodes) {
+      std::string text = c->stdoutText();
+      n += std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator());
+    }
+    return n;
+  };
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (count() < ranks) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    for (auto* c : nodes) c->waitForLine("never", std::chrono::milliseconds(50), false);
+  }
+  return true;
+}
 
 }  // namespace muster::testing

@@ -132,6 +132,33 @@ class EtcdCluster {
     return -1;
   }
 
+  int peerPort(int i) const { return peerPorts_[i]; }
+
+  // Member i's id, as `etcdctl member list` writes it (hex); empty when it does not answer.
+  std::string memberId(int i) {
+    static const std::regex re(R"re("member_id":(\d+))re");
+    std::string json = etcdctl({"endpoint", "status", "-w", "json", "--command-timeout=2s"}, nullptr, endpoint(i));
+    std::smatch m;
+    if (!std::regex_search(json, m, re)) return "";
+    std::ostringstream hex;
+    hex << std::hex << std::stoull(m[1]);
+    return hex.str();
+  }
+
+  // Makes member i the leader (etcdctl move-leader, asked of the leader now); false when it is
+  // not the leader within `wait`.
+  bool makeLeader(int i, std::chrono::milliseconds wait = std::chrono::seconds(10)) {
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int now = leader();
+      if (now == i) return true;
+      std::string id = memberId(i);
+      if (now >= 0 && !id.empty()) etcdctl({"move-leader", id}, nullptr, endpoint(now));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return leader() == i;
+  }
+
   // etcdctl with these arguments against `at` (default: every member), with the TLS and auth
   // flags the cluster needs; its stdout. `ok`, when given, says whether it exited 0.
   std::string etcdctl(const std::vector<std::string>& args, bool* ok = nullptr, const std::string& at = "") {
@@ -218,8 +245,10 @@ class EtcdCluster {
     for (const auto& a : o_.addresses) san += ",IP:" + a;
     std::string k = "openssl req -x509 -days 2 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
     std::string leaf = "-CA ca.pem -CAkey ca-key.pem -addext basicConstraints=CA:FALSE ";
-    std::string s = "cd '" + dir_.string() + "' && (" + k + "-keyout ca-key.pem -out ca.pem -subj /CN=muster-test-ca && " +
-                    k + "-keyout other-ca-key.pem -out other-ca.pem -subj /CN=muster-other-ca && " + k + leaf +
+    // A CA's key usage, which strict verifiers (python3-etcd's pyOpenSSL) ask for.
+    std::string ca = "-addext keyUsage=critical,keyCertSign,cRLSign ";
+    std::string s = "cd '" + dir_.string() + "' && (" + k + "-keyout ca-key.pem -out ca.pem -subj /CN=muster-test-ca " + ca + "&& " + k +
+                    "-keyout other-ca-key.pem -out other-ca.pem -subj /CN=muster-other-ca " + ca + "&& " + k + leaf +
                     "-keyout server-key.pem -out server.pem -subj /CN=etcd -addext " + san +
                     " -addext extendedKeyUsage=serverAuth && " + k + leaf +
                     "-keyout client-key.pem -out client.pem -subj /CN=root -addext extendedKeyUsage=clientAuth)"
