@@ -51,6 +51,7 @@ EtcdRendezvous::EtcdRendezvous(etcd::Options options, const std::string& runId, 
 }
 
 EtcdRendezvous::~EtcdRendezvous() {
+  stopRequested_ = true;
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -83,6 +84,9 @@ void EtcdRendezvous::run() {
       std::unique_lock lock(mu_);
       Deadline wake = kNoDeadline;
       if (join_) wake = std::min(join_->deadline, join_->closeAt);
+      // Who decides is to be chosen again (the node to follow went while it was chosen): soon,
+      // not at the next event, which may never come.
+      if (roleStale_) wake = std::min(wake, deadlineAfter(Millis(50)));
       auto ready = [this] { return stopping_ || !tasks_.empty(); };
       if (wake == kNoDeadline) {
         cv_.wait(lock, ready);
@@ -100,9 +104,16 @@ void EtcdRendezvous::run() {
 
 absl::Status EtcdRendezvous::start(const pb::JoinRequest& request, Deadline deadline) {
   if (client_) return absl::OkStatus();
-  auto connected = etcd::Client::connect(options_, deadline);
+  // A cluster not up yet is waited for until the join's deadline (it may be starting with the
+  // job), in slices, so that cancel() and the destructor are not held behind it.
+  absl::StatusOr<std::unique_ptr<etcd::Client>> connected;
+  do {
+    if (stopRequested_) return absl::CancelledError("the rendezvous client is closing");
+    connected = etcd::Client::connect(options_, std::min(deadline, deadlineAfter(Millis(2000))));
+  } while (!connected.ok() && connected.status().code() == absl::StatusCode::kUnavailable && Clock::now() < deadline);
   if (!connected.ok()) return connected.status();
   client_ = std::move(*connected);
+  deadline = std::min(deadline, deadlineAfter(kWriteDeadline));  // it answered: the rest is quick
   nodeId_ = request.node().node_id();
   // The lease's time to live is the keep-alive bound, in whole seconds (etcd's unit).
   int64_t ttl = std::max<int64_t>(2, static_cast<int64_t>((request.keep_alive_ms() + 999) / 1000));
@@ -182,10 +193,14 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
     }
     view_.state = std::move(parsed);
     view_.stateRevision = modRevision;
+    if (view_.state.value("phase", std::string()) == "ended") {
+      view_.ended[view_.state.value("round", uint64_t{0})] = view_.state.value("event", json::object());
+    }
     // Rounds before the one before this are over for everyone: forget them.
     uint64_t now = view_.state.value("round", uint64_t{0});
     while (!view_.joins.empty() && view_.joins.begin()->first + 1 < now) view_.joins.erase(view_.joins.begin());
     while (!view_.reports.empty() && view_.reports.begin()->first + 1 < now) view_.reports.erase(view_.reports.begin());
+    while (!view_.ended.empty() && view_.ended.begin()->first + 1 < now) view_.ended.erase(view_.ended.begin());
   } else if (splitRoundKey(rest, "join", &round, &node)) {
     view_.joins[round].put(node, {std::move(parsed), createRevision});
   } else if (splitRoundKey(rest, "report", &round, &node)) {
@@ -243,7 +258,9 @@ void EtcdRendezvous::chooseRole() {
   if (join_ && join_->keyRound && phase == "running" && stateRound + 1 == *join_->keyRound) {
     // This node waits to be taken in while a round runs: that round's decider does it. Should
     // none of its nodes be left, this node ends it.
-    std::string writer = writerOf(stateRound, state["nodes"]);
+    auto found = writerOf(stateRound, state["nodes"]);
+    if (!found) return;  // etcd did not answer: lost
+    const std::string& writer = *found;
     if (writer == nodeId_) {
       becomeDecider();  // its key still there (a join from before this one)
     } else if (writer.empty()) {
@@ -280,16 +297,28 @@ void EtcdRendezvous::chooseRole() {
       follow(etcd::joinKey(*join_->keyRound, id));
     }
   } else if (watching_ && phase == "running" && stateRound == watching_->round) {
-    std::string writer = writerOf(stateRound, state["nodes"]);
-    if (writer == nodeId_) {
+    auto writer = writerOf(stateRound, state["nodes"]);
+    if (!writer) return;  // etcd did not answer: lost
+    if (*writer == nodeId_) {
       becomeDecider();
-    } else if (!writer.empty()) {
-      follow(etcd::joinKey(stateRound, writer));
+    } else if (!writer->empty()) {
+      follow(etcd::joinKey(stateRound, *writer));
     }
+  } else {
+    drop();  // nothing of this node's to decide or follow now
   }
 }
 
-std::string EtcdRendezvous::writerOf(uint64_t round, const json& nodes) {
+void EtcdRendezvous::drop() {
+  if (roleKey_.empty()) return;
+  ++roleGeneration_;
+  role_.clear();
+  roleKey_.clear();
+  view_.joins.clear();
+  view_.reports.clear();
+}
+
+std::optional<std::string> EtcdRendezvous::writerOf(uint64_t round, const json& nodes) {
   // Rank by rank, one key each: group rank 0 is nearly always there, and every node of
   // thousands asking for all their keys would be each of them read by each.
   for (const auto& node : nodes) {
@@ -300,11 +329,11 @@ std::string EtcdRendezvous::writerOf(uint64_t round, const json& nodes) {
     auto there = client_->range(read, deadlineAfter(kWriteDeadline));
     if (!there.ok()) {
       lost(fmt::format("etcd at {}: {}", client_->endpointList(), std::string(there.status().message())));
-      return "";
+      return std::nullopt;
     }
     if (there->kvs_size() > 0) return id;
   }
-  return "";
+  return std::string();
 }
 
 void EtcdRendezvous::becomeDecider() {
@@ -458,7 +487,9 @@ void EtcdRendezvous::putStacks(const pb::PutStacksRequest& request, Deadline dea
 }
 
 void EtcdRendezvous::cancel() {
+  stopRequested_ = true;  // a connection under way gives up
   post([this] {
+    stopRequested_ = false;
     if (join_) failJoin(absl::CancelledError("cancelled"));
   });
 }

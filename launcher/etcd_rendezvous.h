@@ -15,6 +15,7 @@
 // which at 512 nodes left etcd's watchers minutes behind).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -79,6 +80,8 @@ class EtcdRendezvous : public rendezvous::RoundClient {
     std::map<uint64_t, RoundJoins> joins;
     std::map<uint64_t, std::map<std::string, nlohmann::json>> reports;
     std::set<uint64_t> stacks;
+    // How each round ended, as `state` said (kept: a later state may come in the same batch).
+    std::map<uint64_t, nlohmann::json> ended;
   };
   struct PendingJoin {
     muster::v1::JoinRequest request;
@@ -112,8 +115,11 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   void chooseRole();
   void becomeDecider();
   void follow(const std::string& rest);
-  // The lowest group rank of running round `round` still there ("" for none).
-  std::string writerOf(uint64_t round, const nlohmann::json& nodes);
+  // The lowest group rank of running round `round` still there ("" for none; nullopt when etcd
+  // did not answer, and this node is lost).
+  std::optional<std::string> writerOf(uint64_t round, const nlohmann::json& nodes);
+  // No role: nothing of this node's to decide or follow.
+  void drop();
   void step();
   void stepJoin();
   // Tells the agent its round's end (every node).
@@ -154,6 +160,7 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  std::atomic<bool> stopRequested_{false};  // cancel() or the destructor: a connection gives up
   // stopWatch() and the thread's delivery of a watch's end agree under this lock.
   std::mutex watchMu_;
   uint64_t watchGeneration_ = 0;

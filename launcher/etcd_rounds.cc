@@ -64,6 +64,16 @@ json eventToJson(const pb::RoundEvent& e) {
           {"group_rank", e.group_rank()},       {"exit_code", e.exit_code()}, {"message", e.message()}};
 }
 
+// Whether `run` (the state, or another node's join) has this join's --nnodes.
+bool sameNnodes(const json& run, const pb::JoinRequest& req) {
+  return run.value("min", int64_t{1}) == static_cast<int64_t>(req.min_nodes()) &&
+         run.value("max", int64_t{1}) == static_cast<int64_t>(req.max_nodes());
+}
+
+bool sameNnodes(const json& a, const json& b) {
+  return a.value("min", int64_t{1}) == b.value("min", int64_t{1}) && a.value("max", int64_t{1}) == b.value("max", int64_t{1});
+}
+
 // This node's place in `nodes`, the running round's nodes in group-rank order.
 pb::Assignment assignment(const json& nodes, size_t rank, uint64_t round) {
   pb::Assignment a;
@@ -149,6 +159,15 @@ void EtcdRendezvous::stepJoin() {
   } else if (phase == "ended") {
     target = stateRound + 1;
   }
+  if (state.is_object() && !sameNnodes(state, req)) {
+    // The run's --nnodes is its first round's, kept in `state`: a node asking for another is
+    // refused before it joins (it would otherwise close or end a round it cannot be part of).
+    failJoin(absl::InvalidArgumentError(fmt::format(
+        "node {} ({}) asks for --nnodes={} but run '{}' runs with --nnodes={}", req.node().host(), nodeId_,
+        nnodes(req.min_nodes(), req.max_nodes()), runId_,
+        nnodes(state.value("min", int64_t{1}), state.value("max", int64_t{1})))));
+    return;
+  }
   if (!j.keyRound || *j.keyRound != target) {
     // This node's join key moves to the round it waits for.
     etcd::pb::TxnRequest txn;
@@ -194,13 +213,15 @@ void EtcdRendezvous::stepJoin() {
   auto now = Clock::now();
   if (mayClose && roleKey_ == "decider") {
     auto& joined = view_.joins[target];
-    auto n = static_cast<int64_t>(joined.byNode.size());
+    int64_t n = 0;
+    for (const auto& [id, entry] : joined.byNode) n += sameNnodes(entry.node, req) ? 1 : 0;
     int64_t runMin = req.min_nodes(), runMax = req.max_nodes();
     if (n >= runMax || (n >= runMin && j.closeAt != kNoDeadline && now >= j.closeAt)) {
       json nodes = json::array();
       for (const auto& [revision, id] : joined.byRevision) {
         if (static_cast<int64_t>(nodes.size()) == runMax) break;
         const json& node = joined.byNode.at(id).node;
+        if (!sameNnodes(node, req)) continue;  // it is refused, and leaves
         nodes.push_back({{"id", node["id"]},
                          {"host", node["host"]},
                          {"local_world_size", node["local_world_size"]},
@@ -208,7 +229,10 @@ void EtcdRendezvous::stepJoin() {
                          {"store_port", node.value("store_port", 0)}});
       }
       json closed = {{"round", target}, {"phase", "running"}, {"nodes", nodes}, {"min", runMin}, {"max", runMax}};
-      if (writeState(closed)) logger()->info("run '{}' round {}: closed with {} node(s)", runId_, target, nodes.size());
+      if (writeState(closed)) {
+        logger()->info("run '{}' round {}: closed with {} node(s)", runId_, target, nodes.size());
+        j.closeAt = kNoDeadline;  // written: nothing to wake for until the watch brings it
+      }
       return;  // the watch brings the state, this node's or another's
     }
     if (n >= runMin && j.closeAt == kNoDeadline) j.closeAt = now + Millis(static_cast<int64_t>(req.last_call_ms()));
@@ -250,16 +274,19 @@ void EtcdRendezvous::stepWatch() {
     }
   }
   for (uint64_t id : view_.stacks) {
-    if (w.asked.insert(id).second && w.onStacks) w.onStacks(id);
+    if (!w.asked.insert(id).second || !w.onStacks) continue;
+    std::lock_guard lock(watchMu_);
+    if (w.generation == watchGeneration_) w.onStacks(id);
   }
   const json& state = view_.state;
   if (!state.is_object()) return;
   std::string phase = state.value("phase", std::string());
   uint64_t stateRound = state.value("round", uint64_t{0});
   if (stateRound > w.round || (stateRound == w.round && phase == "ended")) {
-    pb::RoundEvent e = stateRound == w.round ? eventFromJson(state.value("event", json::object()), w.round)
-                                              : pb::RoundEvent();
-    if (stateRound != w.round) {
+    // How this round ended, even when a later state came with it in one batch.
+    auto ended = view_.ended.find(w.round);
+    pb::RoundEvent e = ended != view_.ended.end() ? eventFromJson(ended->second, w.round) : pb::RoundEvent();
+    if (ended == view_.ended.end()) {
       e.set_kind(pb::RoundEvent::NODE_LOST);
       e.set_round(w.round);
       e.set_message(fmt::format("round {} of run '{}' was ended by the others", w.round, runId_));
@@ -303,6 +330,25 @@ void EtcdRendezvous::decide() {
       continue;  // done: its lease may go
     }
     if (!joined.byNode.count(id)) {
+      // The join and report keys come on two watches: read both before calling the node lost
+      // (its report may be on the way, or the join watch behind the state's).
+      etcd::pb::TxnRequest read;
+      read.add_success()->mutable_request_range()->set_key(key(etcd::joinKey(round, id)));
+      read.add_success()->mutable_request_range()->set_key(key(etcd::reportKey(round, id)));
+      auto fresh = client_->txn(read, deadlineAfter(kWriteDeadline));
+      if (!fresh.ok()) return;  // the next event asks again
+      const auto& joinRead = fresh->responses(0).response_range();
+      const auto& reportRead = fresh->responses(1).response_range();
+      if (reportRead.kvs_size() > 0) {
+        const auto& kv = reportRead.kvs(0);
+        applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
+        return decide();
+      }
+      if (joinRead.kvs_size() > 0) {
+        const auto& kv = joinRead.kvs(0);
+        applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
+        continue;
+      }
       endRound(round, nodeEvent(pb::RoundEvent::NODE_LOST, node, static_cast<int>(rank),
                                   fmt::format("node {} (group rank {}) was lost: its etcd lease ended (no keep-alive "
                                               "within the keep-alive bound, or its launch went away)",
@@ -319,7 +365,7 @@ void EtcdRendezvous::decide() {
   }
   if (static_cast<int64_t>(nodes.size()) < state.value("max", int64_t{1})) {
     for (const auto& [id, entry] : view_.joins[round + 1].byNode) {
-      if (members.count(id)) continue;
+      if (members.count(id) || !sameNnodes(entry.node, state)) continue;
       endRound(round, nodeEvent(pb::RoundEvent::NODE_WAITING, entry.node, -1,
                                   fmt::format("node {} waits to join; restarting to take it in", who(entry.node))));
       return;

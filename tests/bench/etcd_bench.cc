@@ -104,8 +104,11 @@ int child(const std::string& kind, const std::string& target, const std::string&
 
 struct Round {
   bool ok = false;
-  double seconds = 0;  // the first join to the last agent's answer
+  bool timedOut = false;  // not every agent had its answer within the limit
+  double seconds = 0;     // the first join to the last agent's answer
 };
+
+constexpr int kRoundLimitS = 300;
 
 // Reads "<start> <done>" lines from every file: the round's span.
 Round span(const std::vector<std::string>& files, int expected) {
@@ -120,10 +123,12 @@ Round span(const std::vector<std::string>& files, int expected) {
       ++lines;
     }
   }
-  return {lines == expected, (last - first) / 1e9};
+  return {.ok = lines == expected, .seconds = (last - first) / 1e9};
 }
 
-bool waitAll(const std::vector<pid_t>& pids, int timeoutS) {
+// Waits for every process; false when one failed or was still running after `timeoutS` (then
+// killed, and `timedOut` set).
+bool waitAll(const std::vector<pid_t>& pids, int timeoutS, bool* timedOut = nullptr) {
   bool ok = true;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeoutS);
   for (pid_t p : pids) {
@@ -133,6 +138,7 @@ bool waitAll(const std::vector<pid_t>& pids, int timeoutS) {
         kill(p, SIGKILL);
         waitpid(p, &status, 0);
         ok = false;
+        if (timedOut) *timedOut = true;
         break;
       }
       std::this_thread::sleep_for(milliseconds(20));
@@ -162,9 +168,11 @@ Round musterRound(const std::string& kind, const std::string& target, int n, int
     waitAll(pids, 0);
     return {};
   }
-  bool ok = waitAll(pids, 300);
+  bool timedOut = false;
+  bool ok = waitAll(pids, kRoundLimitS, &timedOut);
   Round r = span(outs, n);
   r.ok = r.ok && ok;
+  r.timedOut = timedOut;
   return r;
 }
 
@@ -188,13 +196,18 @@ Round torchRound(const std::string& backend, const std::string& endpoint, int n,
     for (int i = 0; i < 6000 && !fs::exists(m); ++i) std::this_thread::sleep_for(milliseconds(10));
   }
   std::ofstream(go) << "";
-  bool ok = waitAll(pids, 300);
+  bool timedOut = false;
+  bool ok = waitAll(pids, kRoundLimitS, &timedOut);
   Round r = span(outs, n);
   r.ok = r.ok && ok;
+  r.timedOut = timedOut;
   return r;
 }
 
-std::string seconds(const Round& r) { return r.ok ? fmt::format("{:.3f} s", r.seconds) : "failed"; }
+std::string seconds(const Round& r) {
+  if (r.timedOut) return fmt::format("> {} s", kRoundLimitS);
+  return r.ok ? fmt::format("{:.3f} s", r.seconds) : "failed";
+}
 std::string ratio(const Round& anchor, const Round& ours) {
   return anchor.ok && ours.ok && ours.seconds > 0 ? fmt::format("{:.1f}x", anchor.seconds / ours.seconds) : "-";
 }

@@ -380,5 +380,25 @@ TEST_F(Etcd, AUserWhoseRoleGrantsOnePrefixRunsThereWithEtcdPrefix) {
   EXPECT_NE(refused->stderrText().find("permission denied"), std::string::npos) << refused->stderrText();
 }
 
+// A node that asks for another --nnodes than the run's is refused in one line, before it joins:
+// the running round goes on untouched (no restart for it).
+TEST_F(Etcd, ALateNodeAskingForOtherNnodesIsRefusedAndTheRunGoesOn) {
+  startCluster();
+  std::string w = waiter();
+  auto f = flags("2:3", 1);
+  auto a = node(f, w);
+  auto b = node(f, w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  auto late = node(flags("1:4", 1), w);
+  expectExit(*late, 1);
+  EXPECT_NE(late->stderrText().find("asks for --nnodes=1:4 but run 'job-etcd' runs with --nnodes=2:3"),
+            std::string::npos)
+      << late->stderrText();
+  std::ofstream(dir_ / "go") << "";
+  expectExit(*a, 0);
+  expectExit(*b, 0);
+  EXPECT_EQ(a->stderrText().find("restarting"), std::string::npos) << a->stderrText();
+}
+
 }  // namespace
 }  // namespace muster
