@@ -44,7 +44,10 @@ launch --nproc_per_node=2 --master_port=0 worker >selfcheck.log 2>&1 \
 grep -q '^self-check passed: 2 rank(s)' selfcheck.log || { cat selfcheck.log >&2; fail "no self-check line"; }
 grep '^self-check passed' selfcheck.log
 
-rendezvousd --host=127.0.0.1 --port=0 2>rendezvousd.log &
+# The log exists before the daemon starts: the shell opens it for the background job only when
+# that job runs, and a read of a file not there yet would end this script (set -e).
+: >rendezvousd.log
+rendezvousd --host=127.0.0.1 --port=0 2>>rendezvousd.log &
 pid=$!
 port=""
 for _ in $(seq 600); do  # 60 s
