@@ -6,12 +6,14 @@
 //     TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (2.2 renamed it; the old name warns in every rank).
 //   - From 2.14: the one-node default (no --master_port, --rdzv_endpoint or --standalone) is
 //     the c10d rendezvous on a free port, as --standalone (pytorch#175699); before, static on
-//     127.0.0.1:29500. And TORCHELASTIC_SIGNALS_TO_HANDLE carries --signals_to_handle.
+//     127.0.0.1:29500.
+//   - From 2.11 (the GPU machine's torch, tests/gpu/device_check.sh; not in 2.6):
+//     TORCHELASTIC_SIGNALS_TO_HANDLE carries --signals_to_handle (pytorch#160690).
 //   - From 2.14: the failure summary's exitcode line names the signal after the pid
 //     ("-15 (pid: 7)  (SIGTERM)"; before, "-15 (pid: 7)"), and a worker that exits with a code
 //     and no error file is a "system_terminated_error" in its event's raw_error.
-// A release between the tested ones is followed as the tested one below it (2.10 as 2.6), but
-// for the NCCL name, whose release is known.
+// A release between the tested ones (1.13, 2.6, 2.11, 2.14) is followed as the tested one below
+// it (2.10 as 2.6), but for the NCCL name, whose release is known.
 #pragma once
 
 #include <string>
@@ -35,7 +37,7 @@ struct TorchrunVersion {
     return atLeast(2, 2) ? "TORCH_NCCL_ASYNC_ERROR_HANDLING" : "NCCL_ASYNC_ERROR_HANDLING";
   }
   bool oneNodeDefaultIsStandalone() const { return atLeast(2, 14); }
-  bool exportsSignalsToHandle() const { return atLeast(2, 14); }
+  bool exportsSignalsToHandle() const { return atLeast(2, 11); }
   bool namesSignalInSummary() const { return atLeast(2, 14); }
   bool marksSystemTerminatedErrors() const { return atLeast(2, 14); }
 };

@@ -70,7 +70,7 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     if (const char* name = o.torchrun.ncclAsyncErrorHandlingVariable(); !job.env.count(name)) {
       e[name] = "1";
     }
-    // torchrun 2.14 exports its --signals_to_handle (set in its own environment, so it wins).
+    // torchrun 2.11 and later export its --signals_to_handle (set in its own environment, so it wins).
     if (o.torchrun.exportsSignalsToHandle()) e["TORCHELASTIC_SIGNALS_TO_HANDLE"] = o.signalsToHandle;
     spec.errorFile = (rankDir / "error.json").string();
     e["TORCHELASTIC_ERROR_FILE"] = spec.errorFile;

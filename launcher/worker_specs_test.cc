@@ -91,9 +91,9 @@ TEST(WorkerSpecs, EachRankGetsTorchrunsVariablesForItsPlaceInTheRound) {
   EXPECT_FALSE(std::filesystem::exists("/nonexistent"));
 }
 
-// What differs between torchrun's releases follows --torchrun_version: 2.14 (the default) sets
-// TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCHELASTIC_SIGNALS_TO_HANDLE, 2.6 the first only, 1.13
-// NCCL_ASYNC_ERROR_HANDLING only; a value the user set is kept.
+// What differs between torchrun's releases follows --torchrun_version: 2.14 (the default) and
+// 2.11 set TORCH_NCCL_ASYNC_ERROR_HANDLING and TORCHELASTIC_SIGNALS_TO_HANDLE, 2.6 the first
+// only, 1.13 NCCL_ASYNC_ERROR_HANDLING only; a value the user set is kept.
 TEST(WorkerSpecs, TheVariablesThatChangedBetweenReleasesFollowTorchrunVersion) {
   struct Want {
     std::vector<std::string> flags;
@@ -103,6 +103,11 @@ TEST(WorkerSpecs, TheVariablesThatChangedBetweenReleasesFollowTorchrunVersion) {
   std::vector<Want> cases{
       {{}, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGUSR1"}},
        {"NCCL_ASYNC_ERROR_HANDLING"}},
+      {{"--torchrun_version=2.11.0+cu130"},
+       {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGUSR1"}},
+       {"NCCL_ASYNC_ERROR_HANDLING"}},
+      {{"--torchrun_version=2.10"}, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}},
+       {"NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}},
       {{"--torchrun_version=2.6.0+cu124"}, {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}},
        {"NCCL_ASYNC_ERROR_HANDLING", "TORCHELASTIC_SIGNALS_TO_HANDLE"}},
       {{"--torchrun_version=2.1"}, {{"NCCL_ASYNC_ERROR_HANDLING", "1"}},

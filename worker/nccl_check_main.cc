@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <exception>
 #include <vector>
 
 #include "common/files.h"
@@ -16,8 +17,34 @@
 
 using muster::Millis;
 
+namespace {
+
+// Sum in double of `count` floats on the host: the same figure torch's counterpart
+// (tests/gpu/torch_nccl_check.py) prints for its all-reduce of the same values.
+double checksum(const std::vector<float>& values) {
+  double sum = 0;
+  for (float v : values) sum += v;
+  return sum;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  size_t elements = argc > 1 ? std::stoul(argv[1]) : (1u << 24);
+  // nccl_check [ELEMENTS [ITERATIONS]]: exact results for ELEMENTS floats, then, with
+  // ITERATIONS, the bandwidth of that many all-reduces of them after two warm-up ones.
+  size_t elements = 1u << 24;
+  int iterations = 0;
+  try {
+    if (argc > 1) elements = std::stoul(argv[1]);
+    if (argc > 2) iterations = std::stoi(argv[2]);
+  } catch (const std::exception&) {
+    std::fprintf(stderr, "nccl_check: usage: nccl_check [ELEMENTS [ITERATIONS]] (whole numbers)\n");
+    return 2;
+  }
+  if (elements == 0 || iterations < 0 || argc > 3) {
+    std::fprintf(stderr, "nccl_check: usage: nccl_check [ELEMENTS [ITERATIONS]] (ELEMENTS > 0)\n");
+    return 2;
+  }
   Millis timeout(60'000);
   auto env = muster::worker::WorkerEnv::fromProcess();
   if (!env.ok()) {
@@ -28,6 +55,14 @@ int main(int argc, char** argv) {
   if (gpus == 0) {
     std::fprintf(stderr, "nccl_check: no GPU visible to this process\n");
     return 77;  // "skipped"
+  }
+  if (env->localWorldSize > gpus) {
+    // NCCL refuses two ranks of one communicator on one GPU ("Duplicate GPU detected").
+    std::fprintf(stderr,
+                 "nccl_check %s: %d ranks on this node but %d GPU(s): NCCL needs a GPU per rank; "
+                 "use --nproc_per_node=%d or fewer\n",
+                 env->describe().c_str(), env->localWorldSize, gpus, gpus);
+    return 2;
   }
   if (env->storeAddr.empty() && env->worldSize > 1) {
     std::fprintf(stderr, "nccl_check: MUSTER_STORE_ADDR is not set; run it under launch\n");
@@ -67,19 +102,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl_check: cudaMalloc of %zu floats failed\n", elements);
     return 1;
   }
-  std::vector<float> host(elements, static_cast<float>(env->rank + 1));
+  // Rank r gives (i % 1000) * (r + 1): every rank must end with (i % 1000) * n(n+1)/2, exactly.
+  std::vector<float> host(elements);
+  for (size_t i = 0; i < elements; ++i) host[i] = static_cast<float>(i % 1000) * (env->rank + 1);
   cudaMemcpy(buffer, host.data(), elements * sizeof(float), cudaMemcpyHostToDevice);
-  auto t0 = std::chrono::steady_clock::now();
   auto s = (*comm)->allReduceSum(buffer, elements, timeout);
-  auto t1 = std::chrono::steady_clock::now();
   if (!s.ok()) {
     std::fprintf(stderr, "nccl_check %s: %s\n", env->describe().c_str(), std::string(s.message()).c_str());
     return 1;
   }
   cudaMemcpy(host.data(), buffer, elements * sizeof(float), cudaMemcpyDeviceToHost);
-  float expected = static_cast<float>(env->worldSize * (env->worldSize + 1) / 2);
+  float factor = static_cast<float>(env->worldSize * (env->worldSize + 1) / 2);
   size_t wrong = 0;
-  for (float v : host) wrong += v != expected;
+  for (size_t i = 0; i < elements; ++i) wrong += host[i] != static_cast<float>(i % 1000) * factor;
+  double sum = checksum(host);
   if (env->rank == 0) {
     for (size_t i = 0; i < elements; ++i) host[i] = static_cast<float>(i % 1000);
     cudaMemcpy(buffer, host.data(), elements * sizeof(float), cudaMemcpyHostToDevice);
@@ -88,13 +124,35 @@ int main(int argc, char** argv) {
   cudaMemcpy(host.data(), buffer, elements * sizeof(float), cudaMemcpyDeviceToHost);
   size_t wrongB = 0;
   for (size_t i = 0; i < elements; ++i) wrongB += host[i] != static_cast<float>(i % 1000);
-  double secs = std::chrono::duration<double>(t1 - t0).count();
-  double gbps = elements * sizeof(float) / secs / 1e9;
-  std::printf("nccl_check %s on GPU %d: init %lld ms; all_reduce of %zu floats %s (%.2f GB/s "
-              "algorithm bandwidth); broadcast %s\n",
-              env->describe().c_str(), device, static_cast<long long>(initMs), elements,
-              wrong == 0 ? "exact" : fmt::format("WRONG in {} places", wrong).c_str(), gbps,
+  bool ok = wrong == 0 && wrongB == 0 && s.ok();
+  std::printf("nccl_check %s on GPU %d of %d, NCCL %s: init %lld ms; all_reduce of %zu floats %s "
+              "(checksum %.17g); broadcast %s\n",
+              env->describe().c_str(), device, gpus, muster::worker::NcclComm::version().c_str(),
+              static_cast<long long>(initMs), elements,
+              wrong == 0 ? "exact" : fmt::format("WRONG in {} places", wrong).c_str(), sum,
               s.ok() && wrongB == 0 ? "exact" : "WRONG");
+  if (ok && iterations > 0) {
+    // Zeros stay zeros however often they are summed; the speed does not depend on the values.
+    cudaMemset(buffer, 0, elements * sizeof(float));
+    for (int i = 0; i < 2 && s.ok(); ++i) s = (*comm)->allReduceSum(buffer, elements, timeout);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iterations && s.ok(); ++i) s = (*comm)->allReduceSum(buffer, elements, timeout);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!s.ok()) {
+      std::fprintf(stderr, "nccl_check %s: %s\n", env->describe().c_str(), std::string(s.message()).c_str());
+      ok = false;
+    } else {
+      // nccl-tests' figures: algorithm bandwidth = bytes / time; bus bandwidth scales it by
+      // 2(n-1)/n, what each link carries in a ring (0 for one rank: nothing leaves the GPU).
+      double bytes = static_cast<double>(elements) * sizeof(float);
+      double algbw = bytes * iterations / secs / 1e9;
+      int n = env->worldSize;
+      std::printf("nccl_check %s: all_reduce of %.3f GiB x %d: %.3f ms each, algbw %.1f GB/s, "
+                  "busbw %.1f GB/s\n",
+                  env->describe().c_str(), bytes / (1u << 30), iterations, secs * 1e3 / iterations,
+                  algbw, algbw * 2.0 * (n - 1) / n);
+    }
+  }
   cudaFree(buffer);
-  return wrong == 0 && wrongB == 0 && s.ok() ? 0 : 1;
+  return ok ? 0 : 1;
 }

@@ -49,6 +49,14 @@ int NcclComm::deviceCount() {
   return n;
 }
 
+std::string NcclComm::version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION(X,Y,Z): X*10000 + Y*100 + Z since 2.9 (X*1000 + Y*100 + Z before).
+  if (v >= 10000) return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+  return fmt::format("{}.{}.{}", v / 1000, v / 100 % 10, v % 100);
+}
+
 absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::create(rendezvous::Store& store,
                                                             const std::string& key, int rank,
                                                             int size, int device,

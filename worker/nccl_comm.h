@@ -19,6 +19,8 @@ class NcclComm {
  public:
   // Number of CUDA devices this process sees (0 when there is no driver or no GPU).
   static int deviceCount();
+  // The NCCL this process loaded, as "2.28.9" (the library's, not the headers').
+  static std::string version();
 
   // Collective over `size` ranks on `device`. The init is non-blocking and bounded by
   // `timeout`: on failure or timeout the communicator is aborted and the error names the rank,

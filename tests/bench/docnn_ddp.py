@@ -1,9 +1,12 @@
 """The same DocNN, data, tokenizer and hyper-parameters as `worker train`, in Python with
 DistributedDataParallel, for the training-throughput comparison (tests/bench/train_bench.sh).
 
-    torchrun --nproc_per_node=2 tests/bench/docnn_ddp.py DATA_DIR EPOCHS BATCH
-Prints "samples/s N" from rank 0: samples of all ranks per second of training, eval excluded.
+    torchrun --nproc_per_node=2 tests/bench/docnn_ddp.py DATA_DIR EPOCHS BATCH [BACKEND]
+Prints "samples/s N" from rank 0: samples of all ranks per second of training, eval excluded;
+then "dev accuracy A" on DATA_DIR/dev.tsv where it exists. BACKEND nccl trains on the rank's GPU
+(LOCAL_RANK); the default, gloo, on the CPU.
 """
+import os
 import re
 import sys
 import time
@@ -42,7 +45,12 @@ class DocNN(torch.nn.Module):
 
 def main():
     data_dir, epochs, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    dist.init_process_group("gloo")
+    backend = sys.argv[4] if len(sys.argv) > 4 else "gloo"
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     train = read(f"{data_dir}/train.tsv")
     counts = Counter(t for s, _ in train for t in TOKEN.findall(s.lower()))
@@ -59,7 +67,8 @@ def main():
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
     torch.manual_seed(0)
-    model = DistributedDataParallel(DocNN(len(vocab) + 2))
+    model = DistributedDataParallel(DocNN(len(vocab) + 2).to(device),
+                                    device_ids=[device.index] if backend == "nccl" else None)
     opt = torch.optim.Adam(model.parameters(), lr=0.002)
     seconds, samples = 0.0, 0
     for epoch in range(epochs):
@@ -67,12 +76,20 @@ def main():
         start = time.perf_counter()
         for xb, yb in loader:
             opt.zero_grad()
-            F.cross_entropy(model(xb), yb).backward()
+            F.cross_entropy(model(xb.to(device)), yb.to(device)).backward()
             opt.step()
             samples += len(yb) * world
         seconds += time.perf_counter() - start
     if rank == 0:
         print(f"samples/s {samples / seconds:.0f}", flush=True)
+        if os.path.exists(f"{data_dir}/dev.tsv"):
+            dev = read(f"{data_dir}/dev.tsv")
+            model.module.eval()
+            with torch.no_grad():
+                xs = torch.tensor([encode(s) for s, _ in dev], device=device)
+                predicted = model.module(xs).argmax(1).cpu()
+            right = sum(int(p) == l for p, (_, l) in zip(predicted, dev))
+            print(f"dev accuracy {right / len(dev):.3f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -86,17 +86,44 @@ TEST(Worker, RankDyingMidCollectiveMakesLaunchStopTheGroup) {
   EXPECT_NE(c.stderrText().find("exited with code 3"), std::string::npos);
 }
 
+// The NCCL path on whatever GPUs this machine has: one rank per GPU, two at most. Skipped
+// where nccl_check was not built or no GPU is visible.
 TEST(Worker, NcclSelfCheckOnTheGpus) {
   std::string check = buildDir() + "/worker/nccl_check";
   if (access(check.c_str(), X_OK) != 0) GTEST_SKIP() << "built without NCCL";
   Child probe({check, "1024"});
   auto probed = probe.wait(kRun);
-  if (probed && probed->code == 77) GTEST_SKIP() << "no GPU";
+  ASSERT_TRUE(probed);
+  if (probed->code == 77) GTEST_SKIP() << "no GPU";
   ASSERT_EQ(probed->code, 0) << probe.stderrText();
-  Child c({launchPath(), "--nproc_per_node=2", "--master_port=0", check, "1048576"});
+  std::smatch m;
+  std::string said = probe.stdoutText();
+  ASSERT_TRUE(std::regex_search(said, m, std::regex(R"( on GPU 0 of (\d+), NCCL (\S+):)"))) << said;
+  int gpus = std::stoi(m[1]);
+  int nproc = std::min(gpus, 2);
+  std::printf("%d GPU(s), NCCL %s: %d rank(s)\n", gpus, m[2].str().c_str(), nproc);
+  Child c({launchPath(), "--nproc_per_node=" + std::to_string(nproc), "--master_port=0", check,
+           "1048576", "3"});
   auto exit = c.wait(kRun);
+  ASSERT_TRUE(exit);
   ASSERT_EQ(exit->code, 0) << c.stdoutText() << c.stderrText();
+  for (int r = 0; r < nproc; ++r) {
+    EXPECT_NE(c.stdoutText().find("rank " + std::to_string(r) + "/" + std::to_string(nproc)),
+              std::string::npos) << c.stdoutText();
+  }
   EXPECT_NE(c.stdoutText().find("all_reduce of 1048576 floats exact"), std::string::npos);
+  EXPECT_NE(c.stdoutText().find("broadcast exact"), std::string::npos);
+  EXPECT_NE(c.stdoutText().find("busbw"), std::string::npos);
+
+  // More ranks than GPUs: NCCL would refuse a GPU twice in one communicator; nccl_check says
+  // so in one line per rank before it tries, and the job fails.
+  Child over({launchPath(), "--nproc_per_node=" + std::to_string(gpus + 1), "--master_port=0",
+              check, "1024"});
+  auto overExit = over.wait(kRun);
+  ASSERT_TRUE(overExit);
+  EXPECT_NE(overExit->code, 0);
+  EXPECT_NE(over.stderrText().find("NCCL needs a GPU per rank"), std::string::npos)
+      << over.stderrText();
 }
 
 }  // namespace
