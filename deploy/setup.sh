@@ -13,7 +13,7 @@ packages=(
   libtorch-dev libgloo-dev python3-torch libxxhash-dev python3-xxhash python3-venv
   python3-setuptools help2man dpkg-dev file xz-utils mmdebstrap podman runc
   slurm-wlm munge python3-yaml systemd sshfs openssh-sftp-server prometheus gdb bc
-  etcd-server etcd-client golang-etcd-server-dev python3-etcd iptables
+  etcd-server etcd-client golang-etcd-server-dev python3-etcd iptables tmux
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -261,4 +261,15 @@ absl::Status Client::revokeLease(int64_t lease, Deadline deadline) {
   return revoked.status();
 }
 
+absl::StatusOr<int64_t> Client::leaseTimeToLive(int64_t lease, Deadline deadline) {
+  pb::LeaseTimeToLiveRequest request;
+  request.set_id(lease);
+  auto answer = unary<pb::LeaseTimeToLiveResponse>(
+      "lease time-to-live", deadline, [&](size_t m, grpc::ClientContext* c, pb::LeaseTimeToLiveResponse* r) {
+        return members_[m].lease->LeaseTimeToLive(c, request, r);
+      });
+  if (!answer.ok()) return answer.status();
+  return answer->ttl();
+}
+
 }  // namespace muster::etcd

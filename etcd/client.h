@@ -55,6 +55,8 @@ class Client {
   absl::StatusOr<pb::TxnResponse> txn(const pb::TxnRequest& request, Deadline deadline);
   absl::StatusOr<int64_t> grantLease(int64_t ttlSeconds, Deadline deadline);
   absl::Status revokeLease(int64_t lease, Deadline deadline);
+  // Seconds the lease has left (-1: it is gone).
+  absl::StatusOr<int64_t> leaseTimeToLive(int64_t lease, Deadline deadline);
 
   // "h1:2379,h2:2379,h3:2379": what messages name.
   std::string endpointList() const;

@@ -4,10 +4,14 @@
 // /muster/runs):
 //   state                  the run, JSON: {"round", "phase": running|ended|finished, "min",
 //                          "max", "nodes": [{"id", "host", "local_world_size", "master_port",
-//                          "store_port"}] of the running round in group-rank order, "event"
-//                          that ended it}; written only by transactions on its revision
+//                          "store_port"}] of the running (or finished) round in group-rank
+//                          order, "event" that ended it, "since": Unix ms of its first round};
+//                          written only by transactions on its revision
 //   join/<round>/<node>    a node waiting for, or running in, that round (on the node's lease)
 //   report/<round>/<node>  how the node's part of the round ended (on the node's lease)
+//   status/<node>          what the node says of itself and its ranks (rendezvousctl status):
+//                          {"unix_ms", "round", "status": muster.v1.NodeStatus as JSON}; on the
+//                          node's lease, rewritten at most once a second
 //   stacks/<id>            a stack roll-call asked of the running round (on the asker's lease)
 //   answers/<id>/<node>    a node's answer: its ranks' stacks (stacks::toJson; the node's lease);
 //                          apart from the questions, which every node watches, so that no node
@@ -44,6 +48,8 @@ inline std::string stacksAskedKey(uint64_t id) { return fmt::format("stacks/{}",
 inline std::string stacksAnswersDir(uint64_t id) { return fmt::format("answers/{}/", id); }
 inline std::string stacksAnswerKey(uint64_t id, const std::string& node) { return stacksAnswersDir(id) + node; }
 inline constexpr const char* kJoinDir = "join/";
+inline constexpr const char* kStatusDir = "status/";
+inline std::string statusKey(const std::string& node) { return kStatusDir + node; }
 inline constexpr const char* kReportDir = "report/";
 
 }  // namespace muster::etcd

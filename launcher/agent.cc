@@ -48,7 +48,8 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       graceTimer_(io_),
       killTimer_(io_),
       reportTimer_(io_),
-      hangTimer_(io_) {}
+      hangTimer_(io_),
+      statusTimer_(io_) {}
 
 Agent::~Agent() {
   stopProbe();
@@ -181,10 +182,13 @@ absl::Status Agent::startRound() {
                  at_.round, group_->workers().size(), at_.worldSize, pids, layout_.runId, layout_.runDir);
   progress();
   armHangTimer();
+  publishStatus();
+  armStatusTimer();
   return absl::OkStatus();
 }
 
 void Agent::onWorkerExit(const WorkerState& w) {
+  publishStatus();
   const WorkerExit& e = *w.exit;
   bool failed = e.code != 0 || e.signal != 0;
   double secs = std::chrono::duration<double>(e.at - w.started).count();
@@ -430,6 +434,7 @@ void Agent::finish(int code) {
   graceTimer_.cancel();
   killTimer_.cancel();
   hangTimer_.cancel();
+  statusTimer_.cancel();
   if (rdzv_) rdzv_->stopJoining();
   if (!rdzv_ || rdzv_->pendingReports() == 0) {
     io_.stop();

@@ -113,6 +113,12 @@ class Agent {
   // The running workers (all of them, or only `pid`'s), as roll-call targets.
   std::vector<RollCallTarget> rollCallTargets(pid_t only = -1) const;
   void progress() { lastProgress_ = std::chrono::steady_clock::now(); }
+  // A file-timer request (or the progress FIFO's) from `pid`: progress, and that rank's.
+  void onTimerRequest(pid_t pid);
+  // What this node says of itself and its ranks to the rendezvous (rendezvousctl status),
+  // now and every keep_alive_interval while a round runs here (agent_status.cc).
+  void publishStatus();
+  void armStatusTimer();
   void armHangTimer();
   void onHang();
   void onTimerExpired(const TimerRequest& request);
@@ -193,6 +199,7 @@ class Agent {
   std::unique_ptr<ControlSocket> control_;
   OomWitness oom_;
   boost::asio::steady_timer hangTimer_;
+  boost::asio::steady_timer statusTimer_;
   std::chrono::steady_clock::time_point lastProgress_;
   std::string hangWhy_;                  // the round ended as a hang: why, and where its stacks are
   std::map<pid_t, std::string> causes_;  // worker pid -> what launch did to it (its file timer)

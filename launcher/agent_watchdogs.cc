@@ -44,7 +44,7 @@ void Agent::prepareWatchdogs() {
   if (fileTimer || options_.hangTimeoutS > 0) {
     std::string path = fileTimer ? timerFile_ : (fs::path(layout_.runDir) / "progress.fifo").string();
     auto server = FileTimerServer::start(io_, path,
-                                         {.onRequest = [this](pid_t) { progress(); },
+                                         {.onRequest = [this](pid_t pid) { onTimerRequest(pid); },
                                           .onExpired = [this](const TimerRequest& r) { onTimerExpired(r); }});
     if (server.ok()) {
       timerServer_ = std::move(*server);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/numbers.h"
 #include "common/log.h"
@@ -483,6 +484,29 @@ void EtcdRendezvous::putStacks(const pb::PutStacksRequest& request, Deadline dea
     put.set_value(request.json());
     put.set_lease(lease_);
     done(client_->put(put, std::min(deadline, deadlineAfter(kWriteDeadline))).status());
+  });
+}
+
+void EtcdRendezvous::setStatus(const pb::NodeStatus& status) {
+  post([this, status] {
+    if (!client_ || lease_ == 0 || !lostWhy_.empty()) return;
+    auto now = Clock::now();
+    if (now - statusWritten_ < Millis(1000)) return;  // the next one comes with the next keep-alive
+    statusWritten_ = now;
+    std::string body;
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    if (!google::protobuf::util::MessageToJsonString(status, &body, options).ok()) return;
+    json value = {{"unix_ms", std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch()).count()},
+                  {"round", heldKeyRound_.value_or(0)},
+                  {"status", json::parse(body, nullptr, false)}};
+    etcd::pb::PutRequest put;
+    put.set_key(key(etcd::statusKey(nodeId_)));
+    put.set_value(value.dump());
+    put.set_lease(lease_);
+    if (auto s = client_->put(put, deadlineAfter(Millis(2000))); !s.ok()) {
+      logger()->debug("run '{}': could not write this node's status: {}", runId_, std::string(s.status().message()));
+    }
   });
 }
 

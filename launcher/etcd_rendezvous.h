@@ -57,6 +57,7 @@ class EtcdRendezvous : public rendezvous::RoundClient {
              std::function<void(const muster::v1::RoundEvent&)> onEvent, std::function<void(const std::string&)> onError,
              std::function<void(uint64_t)> onStacks) override;
   void stopWatch() override;
+  void setStatus(const muster::v1::NodeStatus& status) override;
   void cancel() override;
 
  private:
@@ -153,6 +154,7 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   std::optional<PendingJoin> join_;
   std::optional<RoundWatch> watching_;
   std::optional<uint64_t> heldKeyRound_;  // where this node's join key is, whichever join put it
+  Clock::time_point statusWritten_{};  // the last status/<node> write (one a second at most)
   int64_t wroteOver_ = -1;  // the state revision this node last wrote over (its write on the way)
   std::string lostWhy_;  // not empty: this node's lease or watch is gone
 

@@ -64,6 +64,12 @@ json eventToJson(const pb::RoundEvent& e) {
           {"group_rank", e.group_rank()},       {"exit_code", e.exit_code()}, {"message", e.message()}};
 }
 
+// When the run began (its first round closed), in Unix milliseconds: kept from state to state.
+int64_t since(const json& state) {
+  if (state.is_object() && state.contains("since")) return state.value("since", int64_t{0});
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Whether `run` (the state, or another node's join) has this join's --nnodes.
 bool sameNnodes(const json& run, const pb::JoinRequest& req) {
   return run.value("min", int64_t{1}) == static_cast<int64_t>(req.min_nodes()) &&
@@ -123,7 +129,7 @@ bool EtcdRendezvous::writeState(const json& state, int64_t lease) {
 void EtcdRendezvous::endRound(uint64_t round, pb::RoundEvent event) {
   if (wroteOver_ == view_.stateRevision) return;
   logger()->warn("run '{}' round {}: {}", runId_, round, event.message());
-  json state = {{"round", round}, {"phase", "ended"}, {"event", eventToJson(event)}};
+  json state = {{"round", round}, {"phase", "ended"}, {"event", eventToJson(event)}, {"since", since(view_.state)}};
   state["min"] = view_.state.value("min", 1);
   state["max"] = view_.state.value("max", 1);
   writeState(state);
@@ -228,7 +234,8 @@ void EtcdRendezvous::stepJoin() {
                          {"master_port", node["master_port"]},
                          {"store_port", node.value("store_port", 0)}});
       }
-      json closed = {{"round", target}, {"phase", "running"}, {"nodes", nodes}, {"min", runMin}, {"max", runMax}};
+      json closed = {{"round", target}, {"phase", "running"}, {"nodes", nodes},
+                     {"min", runMin},    {"max", runMax},       {"since", since(view_.state)}};
       if (writeState(closed)) {
         logger()->info("run '{}' round {}: closed with {} node(s)", runId_, target, nodes.size());
         j.closeAt = kNoDeadline;  // written: nothing to wake for until the watch brings it
@@ -357,7 +364,12 @@ void EtcdRendezvous::decide() {
     }
   }
   if (succeeded == nodes.size() && wroteOver_ != view_.stateRevision) {
-    json done = {{"round", round}, {"phase", "finished"}, {"min", state.value("min", 1)}, {"max", state.value("max", 1)}};
+    json done = {{"round", round},
+                 {"phase", "finished"},
+                 {"min", state.value("min", 1)},
+                 {"max", state.value("max", 1)},
+                 {"since", since(state)},
+                 {"nodes", nodes}};
     // The finished run is remembered for the retention time, then its key goes with its lease.
     auto retention = client_->grantLease(std::max<int64_t>(2, retention_.count() / 1000), deadlineAfter(kWriteDeadline));
     if (retention.ok() && writeState(done, *retention)) logger()->info("run '{}' round {}: every node succeeded", runId_, round);

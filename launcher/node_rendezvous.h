@@ -64,6 +64,8 @@ class NodeRendezvous {
   void putStacks(uint64_t request, std::string json);
   // Neither of the watch's callbacks runs after this.
   void stopWatch();
+  // What this node says of itself and its ranks, sent with its next keep-alive.
+  void setStatus(const muster::v1::NodeStatus& status) { client_->setStatus(status); }
   // Tells the service how this node's round ended; `then` runs once it has it, or could not
   // be told (logged), with pendingReports() already lowered.
   void report(uint64_t round, bool succeeded, const std::string& message,

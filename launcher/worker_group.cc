@@ -125,6 +125,7 @@ struct WorkerGroup::Pump {
   }
 
   void consume(size_t n) {
+    if (worker != nullptr) worker->lastOutput = std::chrono::steady_clock::now();
     if (group->outputCallback_) group->outputCallback_();
     if (fileFd >= 0) {
       size_t lost = 0;

@@ -58,6 +58,9 @@ struct WorkerState {
   std::chrono::steady_clock::time_point started;
   std::optional<WorkerExit> exit;
   std::deque<std::string> lastErrLines;  // the last kTailLines lines of stderr
+  // Its last line of output through launch, and its last file-timer request (the epoch: none
+  // yet), for rendezvousctl status.
+  std::chrono::steady_clock::time_point lastOutput{}, lastTimer{};
   int openStreams = 0;                   // pipes not yet at EOF
   bool abandoned = false;                // given up on after SIGKILL (WorkerGroup::abandon)
   // The group got SIGKILL after its leader was reaped: nothing of it can be left, and its id

@@ -86,11 +86,13 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
     });
   }
 
-  void heartbeat() {
+  // One heartbeat now; `rearm`: the regular one, which sets the alarm for the next.
+  void heartbeat(bool rearm = true) {
     auto call = std::make_shared<Unary<pb::HeartbeatRequest, pb::HeartbeatResponse>>();
     call->context = client->context(deadlineAfter(interval));
     call->request.set_run_id(request.run_id());
     call->request.set_node_id(request.node_id());
+    if (auto status = client->latestStatus()) *call->request.mutable_status() = *status;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (over) return;
@@ -98,7 +100,7 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
       client->started();
     }
     client->stub_->async()->Heartbeat(
-        call->context.get(), &call->request, &call->response, [self = shared_from_this(), call](grpc::Status s) {
+        call->context.get(), &call->request, &call->response, [self = shared_from_this(), call, rearm](grpc::Status s) {
           bool lost = false;
           {
             std::lock_guard<std::mutex> lock(self->mu);
@@ -118,7 +120,7 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
               self->onError(fmt::format("the rendezvous at {} has not answered a heartbeat for {:.1f} s",
                                         self->client->target_, self->keepAlive.count() / 1000.0));
             });
-          } else {
+          } else if (rearm) {
             self->arm();
           }
           self->client->ended();
@@ -299,17 +301,67 @@ void RendezvousClient::putStacks(const pb::PutStacksRequest& request, Deadline d
       [done = std::move(done)](grpc::Status status, pb::PutStacksResponse&) { done(toAbsl(status)); });
 }
 
-absl::StatusOr<pb::StacksReply> RendezvousClient::stacks(const pb::StacksRequest& request, Deadline deadline) {
-  std::promise<absl::StatusOr<pb::StacksReply>> result;
-  unary<pb::StacksRequest, pb::StacksReply>(&pb::Rendezvous::Stub::async::Stacks, request, deadline,
-                                            [&result](grpc::Status status, pb::StacksReply& reply) {
-                                              if (status.ok()) {
-                                                result.set_value(std::move(reply));
-                                              } else {
-                                                result.set_value(toAbsl(status));
-                                              }
-                                            });
+template <typename Request, typename Response>
+absl::StatusOr<Response> RendezvousClient::blocking(
+    void (pb::Rendezvous::Stub::async::*method)(grpc::ClientContext*, const Request*, Response*,
+                                                std::function<void(grpc::Status)>),
+    const Request& request, Deadline deadline) {
+  std::promise<absl::StatusOr<Response>> result;
+  unary<Request, Response>(method, request, deadline, [&result](grpc::Status status, Response& reply) {
+    if (status.ok()) {
+      result.set_value(std::move(reply));
+    } else {
+      result.set_value(toAbsl(status));
+    }
+  });
   return result.get_future().get();
+}
+
+namespace {
+
+// Whether `after` tells of other ranks or states than `before`: a round's start, a rank's
+// exit, a stop. Ages and memory change at every report and wait for the next heartbeat.
+bool ranksChanged(const pb::NodeStatus* before, const pb::NodeStatus& after) {
+  if (before == nullptr || before->ranks_size() != after.ranks_size()) return true;
+  for (int i = 0; i < after.ranks_size(); ++i) {
+    const auto& a = before->ranks(i);
+    const auto& b = after.ranks(i);
+    if (a.pid() != b.pid() || a.state() != b.state() || a.exit_code() != b.exit_code()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void RendezvousClient::setStatus(const pb::NodeStatus& status) {
+  auto copy = std::make_shared<const pb::NodeStatus>(status);
+  std::shared_ptr<Watch> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ranksChanged(status_.get(), status)) now = watch_;
+    status_ = std::move(copy);
+  }
+  // What changed is told at once (one heartbeat out of turn), not up to an interval later.
+  if (now) now->heartbeat(/*rearm=*/false);
+}
+
+std::shared_ptr<const pb::NodeStatus> RendezvousClient::latestStatus() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+absl::StatusOr<pb::StacksReply> RendezvousClient::stacks(const pb::StacksRequest& request, Deadline deadline) {
+  return blocking(&pb::Rendezvous::Stub::async::Stacks, request, deadline);
+}
+
+absl::StatusOr<pb::RunsReply> RendezvousClient::runs(Deadline deadline) {
+  return blocking(&pb::Rendezvous::Stub::async::Runs, pb::RunsRequest(), deadline);
+}
+
+absl::StatusOr<pb::StatusReply> RendezvousClient::status(const std::string& runId, Deadline deadline) {
+  pb::StatusRequest request;
+  request.set_run_id(runId);
+  return blocking(&pb::Rendezvous::Stub::async::Status, request, deadline);
 }
 
 absl::StatusOr<pb::Assignment> RendezvousClient::join(const pb::JoinRequest& request, Deadline deadline) {

@@ -52,6 +52,10 @@ class RendezvousClient : public RoundClient {
                  std::function<void(absl::Status)> done) override;
   // Blocking: a stack roll-call of a whole run (rendezvousctl).
   absl::StatusOr<pb::StacksReply> stacks(const pb::StacksRequest& request, Deadline deadline);
+  // Blocking: every run the service knows, and one run's nodes and ranks (rendezvousctl runs,
+  // status; NOT_FOUND for a run it does not know).
+  absl::StatusOr<pb::RunsReply> runs(Deadline deadline);
+  absl::StatusOr<pb::StatusReply> status(const std::string& runId, Deadline deadline);
 
   // Watches the round: `onEvent` with the round's end, or `onError` when the service cannot
   // be reached (the stream broke), at most one of them, once. Heartbeats every `interval`
@@ -64,6 +68,7 @@ class RendezvousClient : public RoundClient {
   // Stops the watch and its heartbeats: once this returns, neither of its callbacks is called.
   // Does not wait for the service.
   void stopWatch() override;
+  void setStatus(const pb::NodeStatus& status) override;
   // Cancels every call in flight (joins and reports end with CANCELLED).
   void cancel() override;
 
@@ -78,6 +83,12 @@ class RendezvousClient : public RoundClient {
   void unary(void (pb::Rendezvous::Stub::async::*method)(grpc::ClientContext*, const Request*, Response*,
                                                         std::function<void(grpc::Status)>),
              const Request& request, Deadline deadline, std::function<void(grpc::Status, Response&)> done);
+  std::shared_ptr<const pb::NodeStatus> latestStatus();
+  // unary(), waited for.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> blocking(void (pb::Rendezvous::Stub::async::*method)(grpc::ClientContext*, const Request*,
+                                                                               Response*, std::function<void(grpc::Status)>),
+                                    const Request& request, Deadline deadline);
   // Bookkeeping of calls in flight, so that the destructor can wait for their callbacks.
   void begin(const std::shared_ptr<grpc::ClientContext>& context);
   void end(const std::shared_ptr<grpc::ClientContext>& context);
@@ -95,6 +106,7 @@ class RendezvousClient : public RoundClient {
   int inflight_ = 0;                      // callbacks still to come, of every kind
   int contexts_ = 0;                      // contexts not yet destroyed
   std::shared_ptr<Watch> watch_;
+  std::shared_ptr<const pb::NodeStatus> status_;  // under mu_: what heartbeats carry
 };
 
 }  // namespace muster::rendezvous

@@ -37,6 +37,10 @@ class RoundClient {
                      std::function<void(const std::string&)> onError, std::function<void(uint64_t)> onStacks) = 0;
   // Once this returns, neither of the watch's callbacks is called.
   virtual void stopWatch() = 0;
+  // What this node says of itself and its ranks from now on (rendezvousctl status): sent with
+  // the watch's next keep-alive, the latest only, and at once when its ranks or their states
+  // changed (a round's start, a rank's exit).
+  virtual void setStatus(const ::muster::v1::NodeStatus& status) = 0;
   // Ends every call in flight (joins and reports end with CANCELLED).
   virtual void cancel() = 0;
 };

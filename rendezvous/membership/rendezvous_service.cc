@@ -44,7 +44,8 @@ void RendezvousService::serve(FrontDoor& door) {
   });
   door.add<pb::HeartbeatRequest>("/muster.v1.Rendezvous/Heartbeat", [state](const pb::HeartbeatRequest& request,
                                                                             std::shared_ptr<Answer> answer) {
-    auto request_ = state->heartbeat(request.run_id(), request.node_id());
+    auto request_ = state->heartbeat(request.run_id(), request.node_id(),
+                                     request.has_status() ? &request.status() : nullptr);
     if (request_.ok()) {
       pb::HeartbeatResponse response;
       response.set_stacks_request(*request_);
@@ -70,6 +71,22 @@ void RendezvousService::serve(FrontDoor& door) {
                                                                             std::shared_ptr<Answer> answer) {
     state->putStacks(request);
     answer->reply(pb::PutStacksResponse());
+  });
+  // What an operator sees: every run, and one run's nodes and ranks.
+  door.add<pb::RunsRequest>("/muster.v1.Rendezvous/Runs", [state](const pb::RunsRequest&,
+                                                                  std::shared_ptr<Answer> answer) {
+    pb::RunsReply reply;
+    for (auto& run : state->runs()) *reply.add_runs() = std::move(run);
+    answer->reply(reply);
+  });
+  door.add<pb::StatusRequest>("/muster.v1.Rendezvous/Status", [state](const pb::StatusRequest& request,
+                                                                      std::shared_ptr<Answer> answer) {
+    auto reply = state->status(request.run_id());
+    if (reply.ok()) {
+      answer->reply(*reply);
+    } else {
+      answer->finish(toGrpc(reply.status()));
+    }
   });
   door.add<pb::ReportRequest>("/muster.v1.Rendezvous/Report", [state](const pb::ReportRequest& request,
                                                                       std::shared_ptr<Answer> answer) {

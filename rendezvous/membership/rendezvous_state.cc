@@ -63,6 +63,7 @@ bool RendezvousState::idle(const Run& run) {
 void RendezvousState::noteIfIdle(const std::string& runId, Run& run) {
   if (!idle(run) || run.idleNoted) return;
   run.idleNoted = true;
+  run.idleSince = Clock::now();
   run.idleSeq = ++retentionSeq_;
   remember(runId, run.idleSeq);
 }
@@ -100,7 +101,10 @@ void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
   for (const auto& [watcherId, w] : it->second.watchers) watcherRuns_.erase(watcherId);
   for (const auto& [id, p] : it->second.pending) joinRuns_.erase(id);
   uint64_t seq = ++retentionSeq_;
-  finished_[it->first] = {Clock::now(), seq};
+  auto now = Clock::now();
+  pb::RunSummary summary = summarize(it->first, it->second, now);
+  summary.set_state(pb::RunSummary::FINISHED);
+  finished_[it->first] = {now, seq, std::move(summary)};
   remember(it->first, seq);
   runs_.erase(it);
 }
@@ -284,6 +288,7 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
   int world = 0;
   for (const auto& p : joined) world += p.node.local_world_size();
   base.set_world_size(world);
+  run.worldSize = world;
   base.set_master_addr(joined.front().node.host());
   base.set_master_port(joined.front().node.master_port());
   run.members.clear();
@@ -298,7 +303,7 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
     a.set_rank_offset(offset);
     offset += joined[r].node.local_world_size();
     if (joined[r].node.wanted_rank() >= 0) run.memberByRank[joined[r].node.wanted_rank()] = joined[r].node.node_id();
-    run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false};
+    run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false, a.rank_offset(), Clock::now(), std::nullopt};
     joinRuns_.erase(joined[r].id);
     actions.push_back([done = std::move(joined[r].done), a = std::move(a)]() mutable { done(std::move(a)); });
   }
@@ -343,13 +348,16 @@ void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& a
   }
 }
 
-absl::StatusOr<uint64_t> RendezvousState::heartbeat(const std::string& runId, const std::string& nodeId) {
+absl::StatusOr<uint64_t> RendezvousState::heartbeat(const std::string& runId, const std::string& nodeId,
+                                                    const pb::NodeStatus* status) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(runId);
   if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", runId));
   auto m = it->second.members.find(nodeId);
   if (m != it->second.members.end()) {
     m->second.expiry = deadlineAfter(Millis(static_cast<int64_t>(it->second.keepAliveMs)));
+    m->second.lastHeartbeat = Clock::now();
+    if (status) m->second.status = *status;
   }
   uint64_t request = it->second.stacksRequest;
   auto call = stacksCalls_.find(request);

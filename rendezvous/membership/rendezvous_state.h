@@ -8,6 +8,7 @@
 #include <map>
 #include <unordered_map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,8 +48,15 @@ class RendezvousState {
   uint64_t join(const pb::JoinRequest& request, JoinDone done);
   // The joining client went away: its join is dropped (its `done` does not run).
   void cancelJoin(uint64_t id);
-  // Keeps the node alive; returns the id of a stack roll-call it has yet to answer (0: none).
-  absl::StatusOr<uint64_t> heartbeat(const std::string& runId, const std::string& nodeId);
+  // Keeps the node alive, and keeps what it says of itself (`status`, when given) for
+  // status(); returns the id of a stack roll-call it has yet to answer (0: none).
+  absl::StatusOr<uint64_t> heartbeat(const std::string& runId, const std::string& nodeId,
+                                     const pb::NodeStatus* status = nullptr);
+  // Every run remembered, by id (rendezvousctl runs).
+  std::vector<pb::RunSummary> runs() const;
+  // One run: its summary, the running round's nodes in group-rank order with their last
+  // heartbeat and status, then the nodes waiting. NOT_FOUND for a run not remembered.
+  absl::StatusOr<pb::StatusReply> status(const std::string& runId) const;
   // Watches `round` for its end. NOT_FOUND when the node is not in that running round (the
   // round already ended: the caller rejoins).
   absl::StatusOr<uint64_t> watch(const std::string& runId, const std::string& nodeId,
@@ -103,6 +111,9 @@ class RendezvousState {
     int groupRank = 0;
     Deadline expiry = kNoDeadline;
     bool done = false;
+    int firstRank = 0;
+    Clock::time_point lastHeartbeat{};  // none yet: the epoch
+    std::optional<pb::NodeStatus> status;
   };
   struct Watcher {
     std::string nodeId;
@@ -130,11 +141,17 @@ class RendezvousState {
     uint64_t stacksRequest = 0;  // the roll-call its nodes are asked for, 0 for none
     uint64_t idleSeq = 0;     // the retention entry that forgets it while idle
     bool idleNoted = false;   // that entry is written (until a node joins again)
+    Clock::time_point created = Clock::now();
+    Clock::time_point idleSince{};  // when idleNoted was set
+    int worldSize = 0;              // the running (or last) round's
   };
   struct FinishedRun {
     Clock::time_point at;
     uint64_t seq = 0;
+    pb::RunSummary summary;  // as it was when it finished
   };
+  // The summary of a run in runs_ (under mu_).
+  pb::RunSummary summarize(const std::string& runId, const Run& run, Clock::time_point now) const;
   // Forget `runId` at `at` if it is still as it was when this was written (seq).
   struct Retention {
     Deadline at;

@@ -23,9 +23,12 @@
 #include "common/log.h"
 #include "etcd/options.h"
 #include "etcd/roll_call.h"
+#include "etcd/run_views.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rendezvous/rpc/grpc_channel.h"
 #include "rendezvous/client/rendezvous_client.h"
+#include "rendezvous/programs/run_view.h"
+#include "rendezvous/programs/watch_screen.h"
 #include "stacks/stacks.h"
 #include "rendezvous/client/store_client.h"
 
@@ -169,6 +172,67 @@ int etcdStacks(const std::string& endpoints, const std::string& conf, const std:
   return printRollCall(runId, answers, reply->missing, timeoutS);
 }
 
+// `runs` and `status`: one call each time a view is drawn; a failure is the view's text
+// ("rendezvousctl: ..." and ok false), so that --watch shows it and goes on.
+struct RunViews {
+  const ClientOptions& options;
+  double timeoutS;
+  std::string etcdEndpoints, etcdConf;  // not empty: the runs are in etcd
+  std::unique_ptr<muster::rendezvous::RendezvousClient> client;
+  std::unique_ptr<muster::etcd::Client> etcd;
+
+  // The etcd client, connected once; its error as the view's text.
+  absl::Status connectEtcd() {
+    if (etcd) return absl::OkStatus();
+    auto conf = muster::etcd::parseConf(etcdConf, "--etcd-conf");
+    if (!conf.ok()) return conf.status();
+    auto o = muster::etcd::clientOptions(etcdEndpoints, *conf, "--etcd-conf");
+    if (!o.ok()) return o.status();
+    auto c = muster::etcd::Client::connect(*o, deadline());
+    if (!c.ok()) return c.status();
+    etcd = std::move(*c);
+    return absl::OkStatus();
+  }
+  std::string where() const { return etcdEndpoints.empty() ? options.target : "etcd " + etcdEndpoints; }
+  absl::StatusOr<muster::v1::RunsReply> fetchRuns() {
+    if (etcdEndpoints.empty()) return connect().runs(deadline());
+    if (auto s = connectEtcd(); !s.ok()) return s;
+    return muster::etcd::runsOf(*etcd, deadline());
+  }
+  absl::StatusOr<muster::v1::StatusReply> fetchStatus(const std::string& run) {
+    if (etcdEndpoints.empty()) return connect().status(run, deadline());
+    if (auto s = connectEtcd(); !s.ok()) return s;
+    return muster::etcd::statusOf(*etcd, run, deadline());
+  }
+
+  muster::rendezvous::RendezvousClient& connect() {
+    if (!client) {
+      client = std::make_unique<muster::rendezvous::RendezvousClient>(options.target, options.token, options.tlsCaPem,
+                                                                      options.tlsServerName);
+    }
+    return *client;
+  }
+  muster::Deadline deadline() const {
+    return muster::deadlineAfter(muster::Millis(static_cast<int64_t>(std::max(0.1, timeoutS) * 1000)));
+  }
+  std::string runs(int width, bool json, bool& ok) {
+    auto reply = fetchRuns();
+    ok = reply.ok();
+    if (!ok) return fmt::format("rendezvousctl: runs at {}: {}\n", where(), std::string(reply.status().message()));
+    return json ? muster::rendezvous::view::runsJson(*reply) : muster::rendezvous::view::runsTable(*reply, width);
+  }
+  std::string status(const std::string& run, int width, bool json, bool& ok) {
+    auto reply = fetchStatus(run);
+    ok = reply.ok();
+    if (!ok) {
+      return fmt::format("rendezvousctl: status of run '{}' at {}: {}\n", run, where(),
+                         std::string(reply.status().message()));
+    }
+    muster::rendezvous::view::asOfNow(*reply);
+    return json ? muster::rendezvous::view::statusJson(*reply) : muster::rendezvous::view::statusText(*reply, width);
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,7 +251,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", options.tlsServerName, "name to check in the certificate");
   std::string etcdEndpoints, etcdConf;
   auto* etcdFlag = app.add_option("--etcd", etcdEndpoints,
-                                  "stacks --run: the run's rendezvous is in this etcd cluster (HOST:PORT,...), "
+                                  "runs, status, stacks --run: the runs' rendezvous is in this etcd cluster (HOST:PORT,...), "
                                   "as launch --rdzv_backend=etcd --rdzv_endpoint gave it");
   app.add_option("--etcd-conf", etcdConf,
                  "etcd's TLS and auth as launch's --rdzv_conf names them: protocol=https,cacert=,cert=,key=,"
@@ -232,6 +296,21 @@ int main(int argc, char** argv) {
   append->add_option("value", value)->required();
   auto* health = app.add_subcommand(
       "health", "ask the grpc.health.v1 service; print SERVING (exit 0) or why not (exit 1)");
+  bool json = false, watch = false;
+  double intervalS = 2;
+  auto* runsCmd = app.add_subcommand("runs", "every run the service knows: state, round, nodes, ranks, age");
+  auto* statusCmd = app.add_subcommand(
+      "status", "one run's nodes (host, ranks, launch's pid and version, last heartbeat, restarts left) and their "
+                "ranks (pid, state, last output and file-timer request, memory, exit code)");
+  std::string statusRun;
+  statusCmd->add_option("--run", statusRun, "the run (--rdzv_id)")->required();
+  for (auto* view : {runsCmd, statusCmd}) {
+    view->add_flag("--json", json, "JSON, for scripts");
+    view->add_flag("--watch", watch, "redraw in place every --interval, as watch(1); q or Ctrl-C ends it");
+    view->add_option("--interval", intervalS, "seconds between redraws with --watch")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+  }
   long launchPid = 0;
   auto* stacks = app.add_subcommand(
       "stacks", "print the stack of every thread of every rank of a running job (a roll-call); the "
@@ -252,11 +331,11 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
-                 "check, wait, delete, num-keys, append, health or stacks (see --help)\n");
+                 "check, wait, delete, num-keys, append, health, runs, status or stacks (see --help)\n");
     return 2;
   }
-  if (!etcdEndpoints.empty() && !(*stacks && !runId.empty())) {
-    std::fprintf(stderr, "rendezvousctl: --etcd is for stacks --run ID (a run whose rendezvous is in etcd)\n");
+  if (!etcdEndpoints.empty() && !(*stacks && !runId.empty()) && !*runsCmd && !*statusCmd) {
+    std::fprintf(stderr, "rendezvousctl: --etcd is for runs, status and stacks --run (runs whose rendezvous is in etcd)\n");
     return 2;
   }
   if (escaped) {
@@ -295,6 +374,26 @@ int main(int argc, char** argv) {
   auto deadline = muster::deadlineAfter(muster::Millis(static_cast<int64_t>(timeoutS * 1000)));
   if (*health) return checkHealth(options, timeoutS);
   if (*stacks && launchPid > 0) return launchStacks(launchPid, timeoutS);
+  if (*runsCmd || *statusCmd) {
+    if (json && watch) {
+      std::fprintf(stderr, "rendezvousctl: --json and --watch do not go together\n");
+      return 2;
+    }
+    RunViews views{options, timeoutS, etcdEndpoints, etcdConf};
+    std::function<std::string(int, bool&)> render = [&](int width, bool& ok) {
+      return *runsCmd ? views.runs(width, json, ok) : views.status(statusRun, width, json, ok);
+    };
+    if (watch) {
+      return muster::rendezvous::watchScreen([&](int width) {
+        bool ok = true;
+        return render(width, ok);
+      }, intervalS);
+    }
+    bool ok = true;
+    std::string out = render(0, ok);
+    std::fwrite(out.data(), 1, out.size(), ok ? stdout : stderr);
+    return ok ? 0 : 1;
+  }
   if (*stacks && !etcdEndpoints.empty()) return etcdStacks(etcdEndpoints, etcdConf, runId, timeoutS);
   if (*stacks) return runStacks(options, runId, timeoutS);
   auto client = StoreClient::connect(options, deadline);

@@ -400,5 +400,60 @@ TEST_F(Etcd, ALateNodeAskingForOtherNnodesIsRefusedAndTheRunGoesOn) {
   EXPECT_EQ(a->stderrText().find("restarting"), std::string::npos) << a->stderrText();
 }
 
+// rendezvousctl runs and status read a run kept in etcd: its nodes, their ranks and what each
+// launch said of itself; then the run finished, and when etcd forgets it.
+TEST_F(Etcd, RunsAndStatusReadTheRunFromEtcd) {
+  startCluster();
+  std::string w = waiter();
+  auto a = node(flags("2", 2), w);
+  auto b = node(flags("2", 2), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1") && awaitFile("up_2") && awaitFile("up_3"));
+  auto ctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{muster::testing::ctlPath(), "--timeout=10"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--etcd=" + cluster_->endpoints());
+    Child c(argv);
+    auto e = c.wait(milliseconds(30000));
+    return std::make_pair(e ? e->code : -1, c.stdoutText() + c.stderrText());
+  };
+  nlohmann::json s;
+  for (int i = 0; i < 100; ++i) {
+    auto [code, out] = ctl({"status", "--run=job-etcd", "--json"});
+    s = nlohmann::json::parse(out, nullptr, false);
+    size_t ranks = 0;
+    if (code == 0 && s.is_object()) {
+      for (const auto& n : s["nodes"]) ranks += n.contains("status") ? n["status"]["ranks"].size() : 0;
+    }
+    if (ranks == 4) break;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  ASSERT_TRUE(s.is_object()) << s;
+  EXPECT_EQ(s["run"]["state"], "RUNNING") << s.dump(2);
+  EXPECT_EQ(s["run"]["ranks"], 4) << s.dump(2);
+  ASSERT_EQ(s["nodes"].size(), 2u) << s.dump(2);
+  std::set<int> launchPids;
+  for (const auto& n : s["nodes"]) {
+    ASSERT_TRUE(n.contains("status")) << s.dump(2);
+    launchPids.insert(n["status"]["launch_pid"].get<int>());
+    for (const auto& r : n["status"]["ranks"]) {
+      EXPECT_EQ(r["state"], "RUNNING") << r.dump();
+      EXPECT_TRUE(fs::exists("/proc/" + std::to_string(r["pid"].get<int>()))) << r.dump();
+    }
+  }
+  EXPECT_EQ(launchPids, (std::set<int>{a->pid(), b->pid()}));
+  auto [code, runs] = ctl({"runs"});
+  EXPECT_EQ(code, 0) << runs;
+  EXPECT_TRUE(std::regex_search(runs, std::regex(R"(job-etcd\s+running\s+0\s+2\s+2\s+2\s+4\s)"))) << runs;
+  std::ofstream(dir_ / "go") << "";
+  expectExit(*a, 0);
+  expectExit(*b, 0);
+  auto [done, after] = ctl({"runs"});
+  EXPECT_EQ(done, 0) << after;
+  EXPECT_TRUE(std::regex_search(after, std::regex(R"(job-etcd\s+finished, forgotten in \dm\d\ds)"))) << after;
+  auto [none, missing] = ctl({"status", "--run=nope"});
+  EXPECT_EQ(none, 1);
+  EXPECT_NE(missing.find("no run 'nope' in etcd at"), std::string::npos) << missing;
+}
+
 }  // namespace
 }  // namespace muster

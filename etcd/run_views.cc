@@ -1,0 +1,204 @@
+// runsOf, statusOf: a range of the runs' state keys, and of one run's join and status keys.
+#include "etcd/run_views.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "etcd/run_keys.h"
+#include "etcd/watch.h"
+
+namespace muster::etcd {
+
+namespace v1 = ::muster::v1;
+using nlohmann::json;
+
+namespace {
+
+int64_t nowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// runPrefix's escape undone: "a%2Fb" -> "a/b".
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      unsigned v = 0;
+      if (std::sscanf(s.substr(i + 1, 2).c_str(), "%2x", &v) == 1) {
+        out += static_cast<char>(v);
+        i += 2;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+// Every key under `prefix` (values too unless `keysOnly`).
+absl::StatusOr<pb::RangeResponse> under(Client& client, const std::string& prefix, bool keysOnly, Deadline deadline) {
+  pb::RangeRequest read;
+  read.set_key(prefix);
+  read.set_range_end(prefixEnd(prefix));
+  read.set_keys_only(keysOnly);
+  return client.range(read, deadline);
+}
+
+// The summary of a run from its state key (and the join keys of the round after it, counted
+// for a run between rounds).
+v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb::KeyValue& stateKv, Deadline deadline) {
+  v1::RunSummary s;
+  s.set_run_id(runId);
+  json state = json::parse(stateKv.value(), nullptr, false);
+  if (!state.is_object()) return s;
+  std::string phase = state.value("phase", std::string());
+  s.set_round(state.value("round", uint64_t{0}));
+  s.set_min_nodes(state.value("min", 1));
+  s.set_max_nodes(state.value("max", 1));
+  if (int64_t since = state.value("since", int64_t{0}); since > 0) {
+    s.set_age_ms(static_cast<uint64_t>(std::max<int64_t>(0, nowUnixMs() - since)));
+  }
+  int ranks = 0, nodes = 0;
+  for (const auto& n : state.value("nodes", json::array())) {
+    ranks += n.value("local_world_size", 1);
+    ++nodes;
+  }
+  if (phase == "running" || phase == "finished") {
+    s.set_nodes(nodes);
+    s.set_ranks(ranks);
+  }
+  if (phase == "running") {
+    s.set_state(v1::RunSummary::RUNNING);
+  } else if (phase == "finished") {
+    s.set_state(v1::RunSummary::FINISHED);
+    if (stateKv.lease() != 0) {
+      if (auto left = client.leaseTimeToLive(stateKv.lease(), deadline); left.ok() && *left > 0) {
+        s.set_forgotten_in_ms(static_cast<uint64_t>(*left) * 1000);
+      }
+    }
+  } else {
+    s.set_state(v1::RunSummary::WAITING);
+    std::string prefix = runPrefix(runId, client.options().runsPrefix);
+    if (auto waiting = under(client, prefix + joinKey(s.round() + 1, ""), true, deadline); waiting.ok()) {
+      s.set_nodes(static_cast<int>(waiting->kvs_size()));
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
+  std::string root = client.options().runsPrefix + "/";
+  // The runs' keys, names only: a run is there when its state key is.
+  auto keys = under(client, root, true, deadline);
+  if (!keys.ok()) return keys.status();
+  std::string suffix = std::string("/") + kStateKey;
+  std::vector<std::string> ids;
+  for (const auto& kv : keys->kvs()) {
+    const std::string& k = kv.key();
+    if (k.size() <= root.size() + suffix.size() || k.compare(k.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    std::string escaped = k.substr(root.size(), k.size() - root.size() - suffix.size());
+    if (escaped.find('/') != std::string::npos) continue;  // deeper than a run's own state
+    ids.push_back(unescape(escaped));
+  }
+  v1::RunsReply reply;
+  for (const auto& id : ids) {
+    pb::RangeRequest read;
+    read.set_key(runPrefix(id, client.options().runsPrefix) + kStateKey);
+    auto state = client.range(read, deadline);
+    if (!state.ok()) return state.status();
+    if (state->kvs_size() == 0) continue;  // gone meanwhile
+    *reply.add_runs() = summarize(client, id, state->kvs(0), deadline);
+  }
+  return reply;
+}
+
+absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline) {
+  std::string prefix = runPrefix(runId, client.options().runsPrefix);
+  pb::RangeRequest read;
+  read.set_key(prefix + kStateKey);
+  auto state = client.range(read, deadline);
+  if (!state.ok()) return state.status();
+  if (state->kvs_size() == 0) {
+    return absl::NotFoundError(fmt::format("no run '{}' in etcd at {} (never started, or forgotten)", runId,
+                                           client.endpointList()));
+  }
+  v1::StatusReply reply;
+  *reply.mutable_run() = summarize(client, runId, state->kvs(0), deadline);
+  json st = json::parse(state->kvs(0).value(), nullptr, false);
+  if (!st.is_object()) return reply;
+  uint64_t round = st.value("round", uint64_t{0});
+  std::string phase = st.value("phase", std::string());
+  // Who is there (join keys of this round and the next) and what each said of itself.
+  auto joins = under(client, prefix + kJoinDir, false, deadline);
+  if (!joins.ok()) return joins.status();
+  auto statuses = under(client, prefix + kStatusDir, false, deadline);
+  if (!statuses.ok()) return statuses.status();
+  std::set<std::string> present;
+  std::map<std::string, json> waiting;  // node id -> its join value, of the next round
+  for (const auto& kv : joins->kvs()) {
+    std::string rest = kv.key().substr(prefix.size());
+    for (uint64_t r : {round, round + 1}) {
+      std::string dir = joinKey(r, "");
+      if (rest.rfind(dir, 0) != 0) continue;
+      std::string node = rest.substr(dir.size());
+      if (r == round) present.insert(node);
+      if (r == round + 1) waiting[node] = json::parse(kv.value(), nullptr, false);
+    }
+  }
+  std::map<std::string, json> said;
+  for (const auto& kv : statuses->kvs()) said[kv.key().substr(prefix.size() + std::string(kStatusDir).size())] = json::parse(kv.value(), nullptr, false);
+  auto fill = [&](v1::NodeView* v, const std::string& id) {
+    auto s = said.find(id);
+    if (s == said.end() || !s->second.is_object()) {
+      v->set_heartbeat_age_ms(-1);
+      return;
+    }
+    v->set_heartbeat_age_ms(std::max<int64_t>(0, nowUnixMs() - s->second.value("unix_ms", int64_t{0})));
+    if (s->second.contains("status")) {
+      google::protobuf::util::JsonParseOptions options;
+      options.ignore_unknown_fields = true;
+      v1::NodeStatus status;
+      if (google::protobuf::util::JsonStringToMessage(s->second["status"].dump(), &status, options).ok()) {
+        *v->mutable_status() = std::move(status);
+      }
+    }
+  };
+  int first = 0, rank = 0;
+  bool live = phase == "running";
+  for (const auto& n : st.value("nodes", json::array())) {
+    std::string id = n.value("id", std::string());
+    auto* v = reply.add_nodes();
+    v->set_node_id(id);
+    v->set_host(n.value("host", std::string()));
+    v->set_group_rank(rank++);
+    v->set_first_rank(first);
+    v->set_local_world_size(n.value("local_world_size", 1));
+    first += n.value("local_world_size", 1);
+    if (!live || present.count(id)) {
+      fill(v, id);
+    } else {
+      v->set_heartbeat_age_ms(-1);  // its lease, and with it its keys, are gone
+    }
+  }
+  for (const auto& [id, node] : waiting) {
+    auto* v = reply.add_nodes();
+    v->set_node_id(id);
+    v->set_host(node.is_object() ? node.value("host", std::string()) : "");
+    v->set_group_rank(-1);
+    v->set_first_rank(-1);
+    v->set_local_world_size(node.is_object() ? node.value("local_world_size", 1) : 1);
+    v->set_heartbeat_age_ms(-1);
+  }
+  return reply;
+}
+
+}  // namespace muster::etcd
