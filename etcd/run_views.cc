@@ -3,9 +3,12 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -74,7 +77,15 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
     s.set_nodes(nodes);
     s.set_ranks(ranks);
   }
-  if (phase == "running") {
+  std::string prefix = runPrefix(runId, client.options().runsPrefix);
+  // Join keys live on their nodes' leases: none left in the round or the next is no node left.
+  auto left = [&](uint64_t round) -> int {
+    auto keys = under(client, prefix + joinKey(round, ""), true, deadline);
+    return keys.ok() ? static_cast<int>(keys->kvs_size()) : -1;
+  };
+  if ((phase == "running" || phase == "ended") && left(s.round()) == 0 && left(s.round() + 1) == 0) {
+    s.set_state(v1::RunSummary::STOPPED);  // every node gone (killed, or given up after a failure)
+  } else if (phase == "running") {
     s.set_state(v1::RunSummary::RUNNING);
   } else if (phase == "finished") {
     s.set_state(v1::RunSummary::FINISHED);
@@ -85,7 +96,6 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
     }
   } else {
     s.set_state(v1::RunSummary::WAITING);
-    std::string prefix = runPrefix(runId, client.options().runsPrefix);
     if (auto waiting = under(client, prefix + joinKey(s.round() + 1, ""), true, deadline); waiting.ok()) {
       s.set_nodes(static_cast<int>(waiting->kvs_size()));
     }
@@ -93,23 +103,92 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
   return s;
 }
 
+// A run whose first round is still gathering has join keys and no state key yet: waiting,
+// with its nodes (and --nnodes from their joins). nullopt: no such keys either.
+absl::StatusOr<std::optional<v1::StatusReply>> gathering(Client& client, const std::string& runId, Deadline deadline) {
+  std::string prefix = runPrefix(runId, client.options().runsPrefix);
+  auto joins = under(client, prefix + joinKey(0, ""), false, deadline);
+  if (!joins.ok()) return joins.status();
+  if (joins->kvs_size() == 0) return std::optional<v1::StatusReply>();
+  v1::StatusReply reply;
+  auto* run = reply.mutable_run();
+  run->set_run_id(runId);
+  run->set_state(v1::RunSummary::WAITING);
+  run->set_nodes(static_cast<int>(joins->kvs_size()));
+  for (const auto& kv : joins->kvs()) {
+    json node = json::parse(kv.value(), nullptr, false);
+    if (!node.is_object()) node = json::object();
+    run->set_min_nodes(node.value("min", 1));
+    run->set_max_nodes(node.value("max", 1));
+    auto* v = reply.add_nodes();
+    v->set_node_id(kv.key().substr(prefix.size() + joinKey(0, "").size()));
+    v->set_host(node.value("host", std::string()));
+    v->set_group_rank(-1);
+    v->set_first_rank(-1);
+    v->set_local_world_size(node.value("local_world_size", 1));
+    v->set_heartbeat_age_ms(-1);
+  }
+  return std::optional<v1::StatusReply>(std::move(reply));
+}
+
+// The runs' ids: those with a state key, and those with only join keys (a first round gathering).
+std::pair<std::set<std::string>, std::set<std::string>> runIds(const pb::RangeResponse& keys, const std::string& root) {
+  std::set<std::string> withState, joining;
+  std::string state = std::string("/") + kStateKey;
+  std::string join = std::string("/") + kJoinDir;
+  for (const auto& kv : keys.kvs()) {
+    const std::string& k = kv.key();
+    if (k.size() <= root.size()) continue;
+    size_t slash = k.find('/', root.size());
+    if (slash == std::string::npos || slash == root.size()) continue;
+    std::string rest = k.substr(slash);
+    std::string id = unescape(k.substr(root.size(), slash - root.size()));
+    if (rest == state) withState.insert(id);
+    if (rest.rfind(join, 0) == 0) joining.insert(id);
+  }
+  for (const auto& id : withState) joining.erase(id);
+  return {withState, joining};
+}
+
+absl::StatusOr<v1::RunsReply> runsOfKeys(Client& client, Deadline deadline);
+absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& runId, Deadline deadline);
+
 }  // namespace
 
+// A key that holds what launch never writes (another program's, a hand edit) is one clear
+// error naming it, not a crash: nlohmann's value() throws on a wrong type.
 absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
+  try {
+    return runsOfKeys(client, deadline);
+  } catch (const json::exception& e) {
+    return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
+                                           client.endpointList(), client.options().runsPrefix, e.what()));
+  }
+}
+
+absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline) {
+  try {
+    return statusOfKeys(client, runId, deadline);
+  } catch (const json::exception& e) {
+    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
+                                           client.endpointList(), runId, e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<v1::RunsReply> runsOfKeys(Client& client, Deadline deadline) {
   std::string root = client.options().runsPrefix + "/";
   // The runs' keys, names only: a run is there when its state key is.
   auto keys = under(client, root, true, deadline);
   if (!keys.ok()) return keys.status();
-  std::string suffix = std::string("/") + kStateKey;
-  std::vector<std::string> ids;
-  for (const auto& kv : keys->kvs()) {
-    const std::string& k = kv.key();
-    if (k.size() <= root.size() + suffix.size() || k.compare(k.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-    std::string escaped = k.substr(root.size(), k.size() - root.size() - suffix.size());
-    if (escaped.find('/') != std::string::npos) continue;  // deeper than a run's own state
-    ids.push_back(unescape(escaped));
-  }
+  auto [ids, joining] = runIds(*keys, root);
   v1::RunsReply reply;
+  for (const auto& id : joining) {
+    auto first = gathering(client, id, deadline);
+    if (!first.ok()) return first.status();
+    if (*first) *reply.add_runs() = (*first)->run();
+  }
   for (const auto& id : ids) {
     pb::RangeRequest read;
     read.set_key(runPrefix(id, client.options().runsPrefix) + kStateKey);
@@ -118,16 +197,21 @@ absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
     if (state->kvs_size() == 0) continue;  // gone meanwhile
     *reply.add_runs() = summarize(client, id, state->kvs(0), deadline);
   }
+  std::sort(reply.mutable_runs()->begin(), reply.mutable_runs()->end(),
+            [](const auto& a, const auto& b) { return a.run_id() < b.run_id(); });
   return reply;
 }
 
-absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline) {
+absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& runId, Deadline deadline) {
   std::string prefix = runPrefix(runId, client.options().runsPrefix);
   pb::RangeRequest read;
   read.set_key(prefix + kStateKey);
   auto state = client.range(read, deadline);
   if (!state.ok()) return state.status();
   if (state->kvs_size() == 0) {
+    auto first = gathering(client, runId, deadline);
+    if (!first.ok()) return first.status();
+    if (*first) return std::move(**first);
     return absl::NotFoundError(fmt::format("no run '{}' in etcd at {} (never started, or forgotten)", runId,
                                            client.endpointList()));
   }
@@ -200,5 +284,7 @@ absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runI
   }
   return reply;
 }
+
+}  // namespace
 
 }  // namespace muster::etcd

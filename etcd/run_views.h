@@ -12,12 +12,15 @@
 
 namespace muster::etcd {
 
-// Every run under the client's runsPrefix. A finished run says when etcd forgets it (its
-// state's lease); a run's age counts from its first round.
+// Every run under the client's runsPrefix: a first round still gathering (join keys, no state
+// yet) as waiting; a run whose nodes are all gone (their leases, and join keys, with them) as
+// stopped. A finished run says when etcd forgets it (its state's lease); a run's age counts
+// from its first round. DATA_LOSS: a run key holds what launch does not write.
 absl::StatusOr<::muster::v1::RunsReply> runsOf(Client& client, Deadline deadline);
 // One run: the running round's nodes in group-rank order (a node whose join key is gone: no
 // heartbeat, no status), then the nodes waiting to join the next round, each with what it last
-// said of itself (status/<node>; its age by the writer's clock). NOT_FOUND: no such run.
+// said of itself (status/<node>; its age by the writer's clock). A first round gathering: its
+// nodes, waiting. NOT_FOUND: no such run.
 absl::StatusOr<::muster::v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline);
 
 }  // namespace muster::etcd

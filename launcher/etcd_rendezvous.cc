@@ -491,8 +491,11 @@ void EtcdRendezvous::setStatus(const pb::NodeStatus& status) {
   post([this, status] {
     if (!client_ || lease_ == 0 || !lostWhy_.empty()) return;
     auto now = Clock::now();
-    if (now - statusWritten_ < Millis(1000)) return;  // the next one comes with the next keep-alive
+    constexpr Millis kStatusRefresh{30000};
+    bool changed = rendezvous::ranksChanged(statusSaid_ ? &*statusSaid_ : nullptr, status);
+    if (!changed && now - statusWritten_ < kStatusRefresh) return;
     statusWritten_ = now;
+    statusSaid_ = status;
     std::string body;
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;

@@ -154,7 +154,10 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   std::optional<PendingJoin> join_;
   std::optional<RoundWatch> watching_;
   std::optional<uint64_t> heldKeyRound_;  // where this node's join key is, whichever join put it
-  Clock::time_point statusWritten_{};  // the last status/<node> write (one a second at most)
+  // The last status/<node> written, and when: each write is a revision etcd keeps until it is
+  // compacted, so a new one only when the ranks change, or every kStatusRefresh.
+  Clock::time_point statusWritten_{};
+  std::optional<muster::v1::NodeStatus> statusSaid_;
   int64_t wroteOver_ = -1;  // the state revision this node last wrote over (its write on the way)
   std::string lostWhy_;  // not empty: this node's lease or watch is gone
 

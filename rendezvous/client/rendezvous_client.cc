@@ -42,6 +42,7 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
   bool over = false;  // stopped, or a callback was delivered
   Clock::time_point lastOk = Clock::now();
   std::shared_ptr<grpc::ClientContext> stream, beat;  // the calls in flight, to cancel
+  std::shared_ptr<grpc::ClientContext> extraBeat;     // a heartbeat out of turn in flight
   std::unique_ptr<grpc::Alarm> alarm;                 // the next heartbeat
 
   // Runs `f` (a callback) once, unless stopped; under the lock, so that stop() returns only
@@ -57,18 +58,20 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
   void ended() { client->ended(); }
 
   void stop() {
-    std::shared_ptr<grpc::ClientContext> s, b;
+    std::shared_ptr<grpc::ClientContext> s, b, x;
     grpc::Alarm* a = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu);
       over = true;  // from here on nothing replaces the alarm or starts a call
       s = stream;
       b = beat;
+      x = extraBeat;
       a = alarm.get();
     }
     // Outside the lock: a cancelled call's callback may run inline, and it takes the lock.
     if (s) s->TryCancel();
     if (b) b->TryCancel();
+    if (x) x->TryCancel();
     if (a) a->Cancel();
   }
 
@@ -86,7 +89,8 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
     });
   }
 
-  // One heartbeat now; `rearm`: the regular one, which sets the alarm for the next.
+  // One heartbeat now; `rearm`: the regular one, which sets the alarm for the next. One out of
+  // turn at a time: while one is in flight another is not sent (the next carries the status).
   void heartbeat(bool rearm = true) {
     auto call = std::make_shared<Unary<pb::HeartbeatRequest, pb::HeartbeatResponse>>();
     call->context = client->context(deadlineAfter(interval));
@@ -95,8 +99,8 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
     if (auto status = client->latestStatus()) *call->request.mutable_status() = *status;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (over) return;
-      beat = call->context;
+      if (over || (!rearm && extraBeat)) return;
+      (rearm ? beat : extraBeat) = call->context;
       client->started();
     }
     client->stub_->async()->Heartbeat(
@@ -104,6 +108,7 @@ struct RendezvousClient::Watch : std::enable_shared_from_this<Watch> {
           bool lost = false;
           {
             std::lock_guard<std::mutex> lock(self->mu);
+            if (!rearm) self->extraBeat.reset();
             if (s.ok()) {
               self->lastOk = Clock::now();
               uint64_t asked = call->response.stacks_request();
@@ -317,10 +322,6 @@ absl::StatusOr<Response> RendezvousClient::blocking(
   return result.get_future().get();
 }
 
-namespace {
-
-// Whether `after` tells of other ranks or states than `before`: a round's start, a rank's
-// exit, a stop. Ages and memory change at every report and wait for the next heartbeat.
 bool ranksChanged(const pb::NodeStatus* before, const pb::NodeStatus& after) {
   if (before == nullptr || before->ranks_size() != after.ranks_size()) return true;
   for (int i = 0; i < after.ranks_size(); ++i) {
@@ -330,8 +331,6 @@ bool ranksChanged(const pb::NodeStatus* before, const pb::NodeStatus& after) {
   }
   return false;
 }
-
-}  // namespace
 
 void RendezvousClient::setStatus(const pb::NodeStatus& status) {
   auto copy = std::make_shared<const pb::NodeStatus>(status);

@@ -97,12 +97,11 @@ RendezvousState::Pending RendezvousState::takePending(Run& run, uint64_t joinId)
   return p;
 }
 
-void RendezvousState::retire(std::map<std::string, Run>::iterator it) {
+void RendezvousState::retire(std::map<std::string, Run>::iterator it, pb::RunSummary summary) {
   for (const auto& [watcherId, w] : it->second.watchers) watcherRuns_.erase(watcherId);
   for (const auto& [id, p] : it->second.pending) joinRuns_.erase(id);
   uint64_t seq = ++retentionSeq_;
   auto now = Clock::now();
-  pb::RunSummary summary = summarize(it->first, it->second, now);
   summary.set_state(pb::RunSummary::FINISHED);
   finished_[it->first] = {now, seq, std::move(summary)};
   remember(it->first, seq);
@@ -175,7 +174,8 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
           req.run_id(), ago, left)));
     } else {
       Run& run = runs_[req.run_id()];
-      if (run.firstNode.empty()) {
+      bool created = run.firstNode.empty();
+      if (created) {
         run.minNodes = req.min_nodes();
         run.maxNodes = req.max_nodes();
         run.lastCallMs = req.last_call_ms();
@@ -191,6 +191,7 @@ uint64_t RendezvousState::join(const pb::JoinRequest& req, JoinDone done) {
       } else if (node.wanted_rank() >= run.maxNodes) {
         reject(absl::InvalidArgumentError(fmt::format(
             "node {} asks for node rank {} but the run has {} nodes", who(node), node.wanted_rank(), run.maxNodes)));
+        if (created) runs_.erase(req.run_id());  // a refused first join leaves no run behind
       } else {
         // The same agent joining again (a retried call): the old join gives way.
         if (auto same = run.pendingByNode.find(node.node_id()); same != run.pendingByNode.end()) {
@@ -484,8 +485,9 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
         e.set_kind(pb::RoundEvent::JOB_SUCCEEDED);
         e.set_message("every node's workers succeeded");
         logger()->info("run '{}' round {}: every node succeeded", req.run_id(), run.round);
+        pb::RunSummary last = summarize(it->first, run, Clock::now());  // its nodes and ranks, before the end
         endRound(run, e, actions);
-        retire(it);
+        retire(it, std::move(last));
       }
     } else {
       pb::RoundEvent e;

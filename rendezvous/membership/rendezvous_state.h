@@ -187,7 +187,8 @@ class RendezvousState {
   // Writes the retention entry that forgets `runId` (as it was at `seq`) after the ttl.
   void remember(const std::string& runId, uint64_t seq);
   // Moves a run whose job succeeded out of runs_ (the caller holds no reference into it).
-  void retire(std::map<std::string, Run>::iterator it);
+  // `summary`: the run as it was before its last round ended.
+  void retire(std::map<std::string, Run>::iterator it, pb::RunSummary summary);
   // Forgets what is due (or beyond the cap). Not while iterating runs_.
   void forgetDue(Actions& actions);
 

@@ -77,12 +77,12 @@ TEST(RunRetention, AFinishedRunRefusesLateJoinsThenItsIdStartsANewRun) {
 
 TEST(RunRetention, AbandonedRunsAreForgottenToo) {
   RendezvousState state({.ttl = Millis(200), .maxRuns = 100});
-  // A join refused at once leaves a run that pins --nnodes; it goes after the time-to-live.
+  // A join refused at once leaves no run (ARefusedFirstJoinLeavesNoRunBehind) to pin --nnodes.
   auto refused = joinNow(state, joinRequest("y", "n1", 2, /*wantedRank=*/5));
   ASSERT_FALSE(refused.ok());
-  // A node that waits and goes away (its client cancelled).
+  // A node that waits and goes away (its client cancelled): its run goes after the time-to-live.
   uint64_t id = state.join(joinRequest("z", "n1", 2), [](absl::StatusOr<pb::Assignment>) {});
-  EXPECT_EQ(state.runCount(), 2u);
+  EXPECT_EQ(state.runCount(), 1u);
   state.cancelJoin(id);
   ASSERT_TRUE(awaitRunCount(state, 0));
   auto fresh = joinNow(state, joinRequest("y", "n1", 1));
@@ -208,6 +208,21 @@ TEST(Reports, TheJobSucceedsWhenEveryNodeHasReportedOnce) {
   report.set_node_id("b");
   ASSERT_TRUE(state.report(report).ok());
   EXPECT_EQ(state.stats().runsFinished, 1u);
+  // rendezvousctl runs: the finished run as it ran, its nodes and ranks.
+  auto runs = state.runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].state(), pb::RunSummary::FINISHED);
+  EXPECT_EQ(runs[0].nodes(), 2);
+  EXPECT_EQ(runs[0].ranks(), 2);
+  EXPECT_GT(runs[0].forgotten_in_ms(), 0u);
+}
+
+TEST(Joins, ARefusedFirstJoinLeavesNoRunBehind) {
+  RendezvousState state;
+  auto r = joinNow(state, joinRequest("typo", "a", 2, /*wantedRank=*/5));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_EQ(state.runCount(), 0u);
+  EXPECT_TRUE(state.runs().empty());
 }
 
 }  // namespace

@@ -380,8 +380,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     RunViews views{options, timeoutS, etcdEndpoints, etcdConf};
+    // Whatever goes wrong while a view is made is the view's one line (under --watch too, whose
+    // terminal must be given back), never an exception out of main.
     std::function<std::string(int, bool&)> render = [&](int width, bool& ok) {
-      return *runsCmd ? views.runs(width, json, ok) : views.status(statusRun, width, json, ok);
+      try {
+        return *runsCmd ? views.runs(width, json, ok) : views.status(statusRun, width, json, ok);
+      } catch (const std::exception& e) {
+        ok = false;
+        return fmt::format("rendezvousctl: {}: {}\n", *runsCmd ? "runs" : "status", e.what());
+      }
     };
     if (watch) {
       return muster::rendezvous::watchScreen([&](int width) {

@@ -20,7 +20,10 @@ std::string stateName(const pb::RunSummary& run) {
     case pb::RunSummary::WAITING: return "waiting";
     case pb::RunSummary::RUNNING: return "running";
     case pb::RunSummary::FINISHED: return fmt::format("finished, forgotten in {}", age(static_cast<int64_t>(run.forgotten_in_ms())));
-    case pb::RunSummary::STOPPED: return fmt::format("stopped, forgotten in {}", age(static_cast<int64_t>(run.forgotten_in_ms())));
+    case pb::RunSummary::STOPPED:
+      // etcd keeps a stopped run's state until its keys are deleted: no time to tell.
+      if (run.forgotten_in_ms() == 0) return "stopped";
+      return fmt::format("stopped, forgotten in {}", age(static_cast<int64_t>(run.forgotten_in_ms())));
     default: return "?";
   }
 }
@@ -37,6 +40,15 @@ std::string rankState(pb::RankStatus::State s) {
 
 std::string ageOrDash(int64_t ms) { return ms < 0 ? "-" : age(ms); }
 
+// Control bytes (ids, hosts and versions are any bytes a client sent) would reach the terminal
+// as escape sequences: each becomes '?'.
+std::string printable(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
 // Columns padded to the widest cell; each line cut at `width`.
 std::string table(const std::vector<std::vector<std::string>>& rows, int width, const std::string& indent = "") {
   std::vector<size_t> w;
@@ -52,6 +64,7 @@ std::string table(const std::vector<std::vector<std::string>>& rows, int width, 
       if (i + 1 < row.size()) line += std::string(w[i] - row[i].size() + 2, ' ');
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
+    line = printable(std::move(line));
     if (width > 0 && static_cast<int>(line.size()) > width) line.resize(static_cast<size_t>(width));
     out += line + "\n";
   }
@@ -59,6 +72,7 @@ std::string table(const std::vector<std::vector<std::string>>& rows, int width, 
 }
 
 std::string cut(std::string line, int width) {
+  line = printable(std::move(line));
   if (width > 0 && static_cast<int>(line.size()) > width) line.resize(static_cast<size_t>(width));
   return line + "\n";
 }
@@ -143,7 +157,7 @@ nlohmann::json runJson(const pb::RunSummary& r) {
 std::string runsJson(const pb::RunsReply& runs) {
   nlohmann::json out = {{"runs", nlohmann::json::array()}};
   for (const auto& r : runs.runs()) out["runs"].push_back(runJson(r));
-  return out.dump(2) + "\n";
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string statusJson(const pb::StatusReply& status) {
@@ -176,7 +190,7 @@ std::string statusJson(const pb::StatusReply& status) {
     }
     out["nodes"].push_back(std::move(node));
   }
-  return out.dump(2) + "\n";
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 void asOfNow(pb::StatusReply& status) {

@@ -405,6 +405,12 @@ TEST_F(Etcd, ALateNodeAskingForOtherNnodesIsRefusedAndTheRunGoesOn) {
 TEST_F(Etcd, RunsAndStatusReadTheRunFromEtcd) {
   startCluster();
   std::string w = waiter();
+  // A run whose first round gathers (one node of two): join keys, no state yet.
+  auto aloneFlags = flags("2", 1);
+  for (auto& f : aloneFlags) {
+    if (f == "--rdzv_id=job-etcd") f = "--rdzv_id=job-alone";
+  }
+  auto alone = node(aloneFlags, w);
   auto a = node(flags("2", 2), w);
   auto b = node(flags("2", 2), w);
   ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1") && awaitFile("up_2") && awaitFile("up_3"));
@@ -444,6 +450,31 @@ TEST_F(Etcd, RunsAndStatusReadTheRunFromEtcd) {
   auto [code, runs] = ctl({"runs"});
   EXPECT_EQ(code, 0) << runs;
   EXPECT_TRUE(std::regex_search(runs, std::regex(R"(job-etcd\s+running\s+0\s+2\s+2\s+2\s+4\s)"))) << runs;
+  EXPECT_TRUE(std::regex_search(runs, std::regex(R"(job-alone\s+waiting\s+0\s+1\s+2\s+2\s+-\s)"))) << runs;
+  auto [acode, aloneOut] = ctl({"status", "--run=job-alone", "--json"});
+  ASSERT_EQ(acode, 0) << aloneOut;
+  auto as = nlohmann::json::parse(aloneOut, nullptr, false);
+  ASSERT_TRUE(as.is_object()) << aloneOut;
+  EXPECT_EQ(as["run"]["state"], "WAITING") << aloneOut;
+  ASSERT_EQ(as["nodes"].size(), 1u) << aloneOut;
+  EXPECT_EQ(as["nodes"][0]["group_rank"], -1) << aloneOut;
+  // A key that holds what launch never writes: one line, not a crash.
+  bool ok = false;
+  cluster_->etcdctl({"put", "/muster/runs/junk/state", R"({"round":"x","phase":"running","nodes":[1]})"}, &ok);
+  ASSERT_TRUE(ok);
+  auto [jcode, junk] = ctl({"runs"});
+  EXPECT_EQ(jcode, 1) << junk;
+  EXPECT_NE(junk.find("hold what launch does not write"), std::string::npos) << junk;
+  auto [jscode, junkStatus] = ctl({"status", "--run=junk"});
+  EXPECT_EQ(jscode, 1) << junkStatus;
+  EXPECT_NE(junkStatus.find("run 'junk''s keys hold what launch does not write"), std::string::npos) << junkStatus;
+  cluster_->etcdctl({"del", "/muster/runs/junk/state"}, &ok);
+  // The gathering node leaves (its lease revoked): its run is gone from the view.
+  alone->kill(SIGTERM);
+  alone->wait(milliseconds(30000));
+  auto [gcode, gone] = ctl({"runs"});
+  EXPECT_EQ(gcode, 0) << gone;
+  EXPECT_EQ(gone.find("job-alone"), std::string::npos) << gone;
   std::ofstream(dir_ / "go") << "";
   expectExit(*a, 0);
   expectExit(*b, 0);
