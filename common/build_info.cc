@@ -12,4 +12,6 @@ std::string versionText(std::string_view program) {
                      MUSTER_BUILD_COMMIT, MUSTER_BUILD_NCCL);
 }
 
+std::string versionAndCommit() { return fmt::format("{} (commit {})", MUSTER_BUILD_VERSION, MUSTER_BUILD_COMMIT); }
+
 }  // namespace muster::build

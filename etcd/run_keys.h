@@ -18,6 +18,7 @@
 //                          but the asker receives every node's stacks
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -40,6 +41,12 @@ inline std::string runPrefix(const std::string& runId, const std::string& runs =
 }
 
 // The rest of each key, after runPrefix.
+// The wall clock in Unix milliseconds, as the run keys' values carry it ("since", "unix_ms"):
+// written by one host, read by another.
+inline int64_t unixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 inline constexpr const char* kStateKey = "state";
 inline std::string joinKey(uint64_t round, const std::string& node) { return fmt::format("join/{}/{}", round, node); }
 inline std::string reportKey(uint64_t round, const std::string& node) { return fmt::format("report/{}/{}", round, node); }

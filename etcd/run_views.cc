@@ -23,11 +23,6 @@ using nlohmann::json;
 
 namespace {
 
-int64_t nowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // runPrefix's escape undone: "a%2Fb" -> "a/b".
 std::string unescape(const std::string& s) {
   std::string out;
@@ -66,7 +61,7 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
   s.set_min_nodes(state.value("min", 1));
   s.set_max_nodes(state.value("max", 1));
   if (int64_t since = state.value("since", int64_t{0}); since > 0) {
-    s.set_age_ms(static_cast<uint64_t>(std::max<int64_t>(0, nowUnixMs() - since)));
+    s.set_age_ms(static_cast<uint64_t>(std::max<int64_t>(0, unixMs() - since)));
   }
   int ranks = 0, nodes = 0;
   for (const auto& n : state.value("nodes", json::array())) {
@@ -83,7 +78,8 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
     auto keys = under(client, prefix + joinKey(round, ""), true, deadline);
     return keys.ok() ? static_cast<int>(keys->kvs_size()) : -1;
   };
-  if ((phase == "running" || phase == "ended") && left(s.round()) == 0 && left(s.round() + 1) == 0) {
+  int next = phase == "finished" ? -1 : left(s.round() + 1);  // the nodes waiting for the next round
+  if ((phase == "running" || phase == "ended") && next == 0 && left(s.round()) == 0) {
     s.set_state(v1::RunSummary::STOPPED);  // every node gone (killed, or given up after a failure)
   } else if (phase == "running") {
     s.set_state(v1::RunSummary::RUNNING);
@@ -96,11 +92,21 @@ v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb:
     }
   } else {
     s.set_state(v1::RunSummary::WAITING);
-    if (auto waiting = under(client, prefix + joinKey(s.round() + 1, ""), true, deadline); waiting.ok()) {
-      s.set_nodes(static_cast<int>(waiting->kvs_size()));
-    }
+    if (next >= 0) s.set_nodes(next);
   }
   return s;
+}
+
+// A node waiting to join a round, as its join key's value tells.
+void addWaiting(v1::StatusReply& reply, const std::string& id, const json& join) {
+  const json node = join.is_object() ? join : json::object();
+  auto* v = reply.add_nodes();
+  v->set_node_id(id);
+  v->set_host(node.value("host", std::string()));
+  v->set_group_rank(-1);
+  v->set_first_rank(-1);
+  v->set_local_world_size(node.value("local_world_size", 1));
+  v->set_heartbeat_age_ms(-1);
 }
 
 // A run whose first round is still gathering has join keys and no state key yet: waiting,
@@ -120,13 +126,7 @@ absl::StatusOr<std::optional<v1::StatusReply>> gathering(Client& client, const s
     if (!node.is_object()) node = json::object();
     run->set_min_nodes(node.value("min", 1));
     run->set_max_nodes(node.value("max", 1));
-    auto* v = reply.add_nodes();
-    v->set_node_id(kv.key().substr(prefix.size() + joinKey(0, "").size()));
-    v->set_host(node.value("host", std::string()));
-    v->set_group_rank(-1);
-    v->set_first_rank(-1);
-    v->set_local_world_size(node.value("local_world_size", 1));
-    v->set_heartbeat_age_ms(-1);
+    addWaiting(reply, kv.key().substr(prefix.size() + joinKey(0, "").size()), node);
   }
   return std::optional<v1::StatusReply>(std::move(reply));
 }
@@ -246,7 +246,7 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
       v->set_heartbeat_age_ms(-1);
       return;
     }
-    v->set_heartbeat_age_ms(std::max<int64_t>(0, nowUnixMs() - s->second.value("unix_ms", int64_t{0})));
+    v->set_heartbeat_age_ms(std::max<int64_t>(0, unixMs() - s->second.value("unix_ms", int64_t{0})));
     if (s->second.contains("status")) {
       google::protobuf::util::JsonParseOptions options;
       options.ignore_unknown_fields = true;
@@ -273,15 +273,7 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
       v->set_heartbeat_age_ms(-1);  // its lease, and with it its keys, are gone
     }
   }
-  for (const auto& [id, node] : waiting) {
-    auto* v = reply.add_nodes();
-    v->set_node_id(id);
-    v->set_host(node.is_object() ? node.value("host", std::string()) : "");
-    v->set_group_rank(-1);
-    v->set_first_rank(-1);
-    v->set_local_world_size(node.is_object() ? node.value("local_world_size", 1) : 1);
-    v->set_heartbeat_age_ms(-1);
-  }
+  for (const auto& [id, node] : waiting) addWaiting(reply, id, node);
   return reply;
 }
 

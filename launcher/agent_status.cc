@@ -28,22 +28,6 @@ uint64_t residentBytes(pid_t pid) {
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-// "0.1.0 (commit 1a2b3c4d5e6f)" from the --version text.
-std::string version() {
-  static const std::string v = [] {
-    std::string text = build::versionText("launch"), out;
-    size_t nl = text.find('\n');
-    std::string first = text.substr(0, nl);
-    out = first.substr(first.rfind(' ') + 1);
-    if (nl != std::string::npos) {
-      std::string second = text.substr(nl + 1, text.find('\n', nl + 1) - nl - 1);
-      if (second.rfind("commit ", 0) == 0) out += " (" + second + ")";
-    }
-    return out;
-  }();
-  return v;
-}
-
 }  // namespace
 
 void Agent::onTimerRequest(pid_t pid) {
@@ -58,7 +42,7 @@ void Agent::publishStatus() {
   if (!rdzv_) return;
   pb::NodeStatus status;
   status.set_launch_pid(static_cast<int32_t>(getpid()));
-  status.set_version(version());
+  status.set_version(build::versionAndCommit());
   status.set_restarts_left(std::max(0, options_.maxRestarts - at_.restartCount));
   auto now = std::chrono::steady_clock::now();
   if (group_) {

@@ -500,7 +500,7 @@ void EtcdRendezvous::setStatus(const pb::NodeStatus& status) {
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;
     if (!google::protobuf::util::MessageToJsonString(status, &body, options).ok()) return;
-    json value = {{"unix_ms", std::chrono::duration_cast<Millis>(std::chrono::system_clock::now().time_since_epoch()).count()},
+    json value = {{"unix_ms", etcd::unixMs()},
                   {"round", heldKeyRound_.value_or(0)},
                   {"status", json::parse(body, nullptr, false)}};
     etcd::pb::PutRequest put;

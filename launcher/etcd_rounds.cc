@@ -67,7 +67,7 @@ json eventToJson(const pb::RoundEvent& e) {
 // When the run began (its first round closed), in Unix milliseconds: kept from state to state.
 int64_t since(const json& state) {
   if (state.is_object() && state.contains("since")) return state.value("since", int64_t{0});
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return etcd::unixMs();
 }
 
 // Whether `run` (the state, or another node's join) has this join's --nnodes.
