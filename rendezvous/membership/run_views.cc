@@ -14,6 +14,15 @@ uint64_t millisBetween(Clock::time_point from, Clock::time_point to) {
   return static_cast<uint64_t>(std::max<int64_t>(0, std::chrono::duration_cast<Millis>(to - from).count()));
 }
 
+// A finished run's summary as of `now`: kept as it was at `at`, its age and the time until it
+// is forgotten (after `ttl`) moved on.
+pb::RunSummary finishedAsOf(pb::RunSummary s, Clock::time_point at, Millis ttl, Clock::time_point now) {
+  auto due = at + ttl;
+  s.set_forgotten_in_ms(due > now ? millisBetween(now, due) : 0);
+  s.set_age_ms(s.age_ms() + millisBetween(at, now));
+  return s;
+}
+
 }  // namespace
 
 pb::RunSummary RendezvousState::summarize(const std::string& runId, const Run& run, Clock::time_point now) const {
@@ -44,13 +53,7 @@ std::vector<pb::RunSummary> RendezvousState::runs() const {
   std::vector<pb::RunSummary> out;
   out.reserve(runs_.size() + finished_.size());
   for (const auto& [id, run] : runs_) out.push_back(summarize(id, run, now));
-  for (const auto& [id, f] : finished_) {
-    pb::RunSummary s = f.summary;
-    auto due = f.at + retention_.ttl;
-    s.set_forgotten_in_ms(due > now ? millisBetween(now, due) : 0);
-    s.set_age_ms(s.age_ms() + millisBetween(f.at, now));
-    out.push_back(std::move(s));
-  }
+  for (const auto& [id, f] : finished_) out.push_back(finishedAsOf(f.summary, f.at, retention_.ttl, now));
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.run_id() < b.run_id(); });
   return out;
 }
@@ -60,10 +63,7 @@ absl::StatusOr<pb::StatusReply> RendezvousState::status(const std::string& runId
   auto now = Clock::now();
   pb::StatusReply reply;
   if (auto f = finished_.find(runId); f != finished_.end()) {
-    *reply.mutable_run() = f->second.summary;
-    auto due = f->second.at + retention_.ttl;
-    reply.mutable_run()->set_forgotten_in_ms(due > now ? millisBetween(now, due) : 0);
-    reply.mutable_run()->set_age_ms(f->second.summary.age_ms() + millisBetween(f->second.at, now));
+    *reply.mutable_run() = finishedAsOf(f->second.summary, f->second.at, retention_.ttl, now);
     return reply;
   }
   auto it = runs_.find(runId);

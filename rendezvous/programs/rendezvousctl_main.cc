@@ -152,14 +152,21 @@ int runStacks(const ClientOptions& options, const std::string& runId, double tim
   return printRollCall(runId, answers, missing, timeoutS);
 }
 
+// An etcd client for --etcd ENDPOINTS with --etcd-conf CONF (TLS, auth, prefix).
+absl::StatusOr<std::unique_ptr<muster::etcd::Client>> connectEtcd(const std::string& endpoints,
+                                                                  const std::string& conf,
+                                                                  muster::Deadline deadline) {
+  auto parsed = muster::etcd::parseConf(conf, "--etcd-conf");
+  if (!parsed.ok()) return parsed.status();
+  auto options = muster::etcd::clientOptions(endpoints, *parsed, "--etcd-conf");
+  if (!options.ok()) return options.status();
+  return muster::etcd::Client::connect(*options, deadline);
+}
+
 // `stacks --run ID --etcd ENDPOINTS`: the same roll-call where the run's rendezvous is etcd.
 int etcdStacks(const std::string& endpoints, const std::string& conf, const std::string& runId, double timeoutS) {
-  auto parsed = muster::etcd::parseConf(conf, "--etcd-conf");
-  if (!parsed.ok()) return failed(parsed.status());
-  auto options = muster::etcd::clientOptions(endpoints, *parsed, "--etcd-conf");
-  if (!options.ok()) return failed(options.status());
   auto timeout = muster::Millis(static_cast<int64_t>(timeoutS * 1000));
-  auto client = muster::etcd::Client::connect(*options, muster::deadlineAfter(std::max(timeout, muster::Millis(5000))));
+  auto client = connectEtcd(endpoints, conf, muster::deadlineAfter(std::max(timeout, muster::Millis(5000))));
   if (!client.ok()) return failed(client.status());
   auto reply = muster::etcd::askForStacks(**client, runId, timeout);
   if (!reply.ok()) {
@@ -184,11 +191,7 @@ struct RunViews {
   // The etcd client, connected once; its error as the view's text.
   absl::Status connectEtcd() {
     if (etcd) return absl::OkStatus();
-    auto conf = muster::etcd::parseConf(etcdConf, "--etcd-conf");
-    if (!conf.ok()) return conf.status();
-    auto o = muster::etcd::clientOptions(etcdEndpoints, *conf, "--etcd-conf");
-    if (!o.ok()) return o.status();
-    auto c = muster::etcd::Client::connect(*o, deadline());
+    auto c = ::connectEtcd(etcdEndpoints, etcdConf, deadline());  // the free function
     if (!c.ok()) return c.status();
     etcd = std::move(*c);
     return absl::OkStatus();
