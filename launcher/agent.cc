@@ -59,7 +59,7 @@ Agent::~Agent() {
 absl::Status Agent::prepare() {
   multiNode_ = options_.maxNodes > 1 || (options_.rdzvBackend != "static" && !options_.standalone);
   at_.worldSize = options_.localWorldSize;
-  auto layout = makeJobLayout(options_, env_, multiNode_);
+  auto layout = makeJobLayout(options_, env_, multiNode_, runtimeDir_);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
   prepareWatchdogs();
@@ -283,7 +283,7 @@ void Agent::onRoundSettled() {
     }
     // The job succeeds when every node has: wait for the service to say so (or for a failure).
     localDone_ = true;
-    report(true, "");
+    report(true, "", [this](const std::optional<muster::v1::RoundEvent>& ended) { onReported(ended); });
     if (stopping_ == Stopping::kNo) logger()->info("waiting for the other nodes to finish");
     return;
   }
@@ -368,7 +368,7 @@ void Agent::onRoundSettled() {
            rootCause_ ? fmt::format("rank {} {}", rootCause_->globalRank, describeExit(rootCause_->exit))
            : !hangWhy_.empty() ? "hung: " + hangWhy_
                                : std::string("a worker failed"),
-           [this] {
+           [this](const auto&) {
              if (rdzv_) rdzv_->stopWatch();
              if (stopping_ != Stopping::kDone) restartOrEnd();
            });
@@ -454,9 +454,18 @@ int Agent::run() {
   // Orphaned descendants of the workers (double-forked daemons) come to launch, not to init,
   // so that they end with the job.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  // The guard first: it must be forked before any thread starts (the store's are next).
-  if (auto s = reaper_.start(); !s.ok()) {
+  // launch's private folder, then the guard, which removes it when launch is killed. The
+  // guard must be forked before any thread starts (the store's are next).
+  auto runtime = makeRuntimeDir(env_);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "launch: %s\n", std::string(runtime.status().message()).c_str());
+    return 1;
+  }
+  runtimeDir_ = *runtime;
+  if (auto s = reaper_.start(runtimeDir_); !s.ok()) {
     logger()->error("cannot start the orphan guard: {}", std::string(s.message()));
+    std::error_code ec;
+    std::filesystem::remove_all(runtimeDir_, ec);
     return 1;
   }
   signal(SIGPIPE, SIG_IGN);

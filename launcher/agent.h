@@ -77,7 +77,9 @@ class Agent {
   void stopForRemote();
   // Tells the rendezvous how this node's round ended; `then` runs on the loop once the
   // service has it (or could not be told). finish() waits a moment for reports still out.
-  void report(bool succeeded, const std::string& message, std::function<void()> then = {});
+  void report(bool succeeded, const std::string& message, NodeRendezvous::Reported then = {});
+  // The answer to this node's success report: finishes on the round's end when it says it.
+  void onReported(const std::optional<muster::v1::RoundEvent>& ended);
   // After a worker failed (and the report is in): the next round, or the end.
   void restartOrEnd();
   // Multi-node: the shared directory's probe (shared_dir_probe.h) on a thread of its own,
@@ -168,6 +170,10 @@ class Agent {
   std::thread probeThread_;
   std::atomic<bool> probeCancelled_{false};
   bool localDone_ = false;
+  std::string runtimeDir_;  // makeRuntimeDir's, made before the guard (which removes it)
+  // A watch's UNKNOWN end that came while this node's success report was out: its answer
+  // decides (onReported).
+  std::optional<muster::v1::RoundEvent> heldEnd_;
   bool standaloneService_ = false;  // the rendezvous is a rendezvousd (it may restart)
   bool failureAnnounced_ = false;   // "the job failed: ..." is printed
   // Why the group was stopped from outside: another node's failure, loss or arrival, or the

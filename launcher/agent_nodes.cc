@@ -154,6 +154,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   standaloneService_ = a.standalone_service();
   if (!a.store_endpoint().empty()) endpoint_ = a.store_endpoint();
   localDone_ = false;
+  heldEnd_.reset();
   remote_ = Remote::kNone;
   emitRendezvousEvents(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count());
@@ -217,21 +218,39 @@ void Agent::stopProbe() {
   if (probeThread_.joinable()) probeThread_.join();
 }
 
-void Agent::report(bool succeeded, const std::string& message, std::function<void()> then) {
+void Agent::report(bool succeeded, const std::string& message, NodeRendezvous::Reported then) {
   if (!rdzv_) {
-    if (then) then();
+    if (then) then(std::nullopt);
     return;
   }
-  rdzv_->report(at_.round, succeeded, message, [this, then = std::move(then)] {
-    if (then) then();
+  rdzv_->report(at_.round, succeeded, message, [this, then = std::move(then)](const auto& ended) {
+    if (then) then(ended);
     // finish() leaves the loop running until the last report is out.
     if (stopping_ == Stopping::kDone && rdzv_->pendingReports() == 0) io_.stop();
   });
 }
 
+void Agent::onReported(const std::optional<muster::v1::RoundEvent>& ended) {
+  // The service's answer to this node's success: how the round ended, when it has. It decides
+  // over an end the watch could not say (heldEnd_); a job that succeeded is a success whatever
+  // a later call meets.
+  std::optional<muster::v1::RoundEvent> held = std::exchange(heldEnd_, std::nullopt);
+  if (ended && ended->round() == at_.round) {
+    onRemoteEvent(*ended);
+  } else if (held) {
+    onRemoteEvent(*held);
+  }
+}
+
 void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
   if (stopping_ == Stopping::kDone || e.round() != at_.round) return;
   using K = muster::v1::RoundEvent;
+  if (e.kind() == K::UNKNOWN && localDone_ && rdzv_->pendingReports() > 0) {
+    // The round ended before the service took this node's watch, and it no longer says how;
+    // this node's own success report is on its way, and its answer says (onReported).
+    heldEnd_ = e;
+    return;
+  }
   if (e.kind() == K::JOB_SUCCEEDED) {
     rdzv_->stopWatch();
     logger()->info("every node succeeded");

@@ -21,11 +21,24 @@ namespace {
 // The roll-call's signal: a real-time one, past those glibc and common runtimes take.
 int stacksSignal() { return SIGRTMIN + 6; }
 
+// What the ranks that answered wrote goes to their log folders (attempt_N/<local>/stacks.txt):
+// a log folder holds a rank's stacks only once they were taken. `ranks` is in `targets`' order.
+void copyAnswers(const std::vector<RollCallTarget>& targets, const std::vector<stacks::RankStacks>& ranks,
+                 spdlog::logger& log) {
+  for (size_t i = 0; i < targets.size() && i < ranks.size(); ++i) {
+    const auto& t = targets[i];
+    if (ranks[i].answer != stacks::Answer::kAnswered || t.stacksFile.empty() || t.logCopy.empty()) continue;
+    std::error_code ec;
+    fs::copy_file(t.stacksFile, t.logCopy, fs::copy_options::overwrite_existing, ec);
+    if (ec) log.warn("cannot copy rank {}'s stacks to {}: {}", t.rank, t.logCopy, ec.message());
+  }
+}
+
 }  // namespace
 
 void Agent::prepareWatchdogs() {
   if (options_.stacks) {
-    auto hook = writePythonHook(layout_.runDir);
+    auto hook = writePythonHook(layout_.runtimeDir);
     if (hook.ok()) {
       pythonHookDir_ = *hook;
     } else {
@@ -39,10 +52,10 @@ void Agent::prepareWatchdogs() {
   if (fileTimer) {
     auto given = env_.find("TORCHELASTIC_TIMER_FILE");
     timerFile_ = given != env_.end() && !given->second.empty() ? given->second
-                                                              : (fs::path(layout_.runDir) / "watchdog_timer").string();
+                                                              : (fs::path(layout_.runtimeDir) / "watchdog_timer").string();
   }
   if (fileTimer || options_.hangTimeoutS > 0) {
-    std::string path = fileTimer ? timerFile_ : (fs::path(layout_.runDir) / "progress.fifo").string();
+    std::string path = fileTimer ? timerFile_ : (fs::path(layout_.runtimeDir) / "progress.fifo").string();
     auto server = FileTimerServer::start(io_, path,
                                          {.onRequest = [this](pid_t pid) { onTimerRequest(pid); },
                                           .onExpired = [this](const TimerRequest& r) { onTimerExpired(r); }});
@@ -72,7 +85,7 @@ std::vector<RollCallTarget> Agent::rollCallTargets(pid_t only) const {
   for (const auto& w : group_->workers()) {
     if (w->exit || w->pid <= 0 || (only > 0 && w->pid != only)) continue;
     out.push_back({.rank = w->spec.globalRank, .localRank = w->spec.localRank, .pid = w->pid,
-                   .stacksFile = w->spec.stacksFile});
+                   .stacksFile = w->spec.stacksFile, .logCopy = w->spec.stacksLogCopy});
   }
   return out;
 }
@@ -82,13 +95,14 @@ void Agent::takeStacks(std::string reason, std::vector<RollCallTarget> targets, 
     auto started = std::chrono::steady_clock::now();
     // With --stacks=off no rank has a handler (nor a stacks file): each is reported as such.
     rollCall(io_, targets, stacksSignal_, fromSeconds(options_.stacksTimeoutS),
-             stacksHost(), [this, reason, then, started](std::vector<stacks::RankStacks> ranks) {
+             stacksHost(), [this, reason, then, started, targets](std::vector<stacks::RankStacks> ranks) {
                bool anyAnswered = std::any_of(ranks.begin(), ranks.end(), [](const auto& r) {
                  return r.answer == stacks::Answer::kAnswered || r.answer == stacks::Answer::kNoAnswer;
                });
                std::string report = stacks::fullReport(ranks, reason);
                lastStacksFile_.clear();
                if (anyAnswered) {
+                 copyAnswers(targets, ranks, *logger());
                  std::string file = (fs::path(layout_.runDir) / fmt::format("stacks-{}.txt", ++reports_)).string();
                  std::ofstream(file) << report;
                  lastStacksFile_ = file;

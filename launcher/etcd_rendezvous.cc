@@ -454,7 +454,8 @@ void EtcdRendezvous::stopWatch() {
   ++watchGeneration_;
 }
 
-void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done) {
+void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline,
+                            std::function<void(absl::StatusOr<pb::ReportResponse>)> done) {
   post([this, request, deadline, done = std::move(done)] {
     if (!client_) {
       done(absl::FailedPreconditionError("this node never joined"));
@@ -468,7 +469,11 @@ void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline,
     put.set_value(r.dump());
     put.set_lease(lease_);
     auto written = client_->put(put, std::min(deadline, deadlineAfter(kWriteDeadline)));
-    done(written.status());
+    if (!written.ok()) {
+      done(written.status());
+      return;
+    }
+    done(pb::ReportResponse());
   });
 }
 

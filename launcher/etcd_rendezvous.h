@@ -49,8 +49,11 @@ class EtcdRendezvous : public rendezvous::RoundClient {
   const std::string& target() const override { return target_; }
   void join(const muster::v1::JoinRequest& request, Deadline deadline,
             std::function<void(absl::StatusOr<muster::v1::Assignment>)> done) override;
+  // The answer has no `ended`: on etcd the round's end reaches the node through its watch of
+  // the run's keys, and watch() and report() run in order on this node's one thread, so the
+  // watch is in place before the report is written.
   void report(const muster::v1::ReportRequest& request, Deadline deadline,
-              std::function<void(absl::Status)> done) override;
+              std::function<void(absl::StatusOr<muster::v1::ReportResponse>)> done) override;
   void putStacks(const muster::v1::PutStacksRequest& request, Deadline deadline,
                  std::function<void(absl::Status)> done) override;
   void watch(const std::string& runId, const std::string& nodeId, uint64_t round, Millis interval, Millis keepAlive,

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <vector>
@@ -46,6 +48,15 @@ absl::Status writePrivateFile(const std::string& path, const std::string& conten
   return absl::OkStatus();
 }
 
+// Whether any file (not a folder) is under `dir`: the logs a user asked for.
+bool holdsAFile(const std::string& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::string randomHex(size_t bytes) {
@@ -55,10 +66,20 @@ std::string randomHex(size_t bytes) {
   return out;
 }
 
+absl::StatusOr<std::string> makeRuntimeDir(const std::map<std::string, std::string>& env) {
+  std::string dir = makeTempDir(tempRoot(env), "muster-launch-");  // mkdtemp: mode 0700
+  if (dir.empty()) {
+    return absl::InternalError(fmt::format("cannot create launch's runtime folder under '{}': {}",
+                                           tempRoot(env), strerror(errno)));
+  }
+  return dir;
+}
+
 absl::StatusOr<JobLayout> makeJobLayout(const LaunchOptions& options,
                                         const std::map<std::string, std::string>& env,
-                                        bool multiNode) {
+                                        bool multiNode, const std::string& runtimeDir) {
   JobLayout l;
+  l.runtimeDir = runtimeDir;
   bool standaloneId = !multiNode && (options.standalone ||
                                      (options.rdzvBackend != "static" && options.rdzvId == "none"));
   l.runId = standaloneId ? newRunId() : options.rdzvId;
@@ -122,7 +143,7 @@ absl::StatusOr<JobLayout> makeJobLayout(const LaunchOptions& options,
       l.token = *shared;
     }
   }
-  l.tokenFile = (fs::path(l.runDir) / "store.token").string();
+  l.tokenFile = (fs::path(l.runtimeDir) / "store.token").string();
   if (auto s = writePrivateFile(l.tokenFile, l.token); !s.ok()) return s;
   undo.keep = true;
   return l;
@@ -130,6 +151,7 @@ absl::StatusOr<JobLayout> makeJobLayout(const LaunchOptions& options,
 
 void JobLayout::discard() const {
   std::error_code ec;
+  if (!runtimeDir.empty()) fs::remove_all(runtimeDir, ec);
   if (ownSharedDir) fs::remove_all(sharedDir, ec);
   if (ownBaseLogDir) {
     fs::remove_all(baseLogDir, ec);
@@ -140,12 +162,13 @@ void JobLayout::discard() const {
 
 void JobLayout::cleanUp(bool succeeded) const {
   std::error_code ec;
+  if (!runtimeDir.empty()) fs::remove_all(runtimeDir, ec);
   if (ownSharedDir) {
     fs::remove_all(sharedDir, ec);
   } else if (succeeded && !jobId.empty() && !sharedDir.empty()) {
     fs::remove_all(fs::path(sharedDir) / jobId, ec);  // nothing left after a successful job
   }
-  if (ownBaseLogDir && succeeded) fs::remove_all(baseLogDir, ec);
+  if (ownBaseLogDir && succeeded && !holdsAFile(baseLogDir)) fs::remove_all(baseLogDir, ec);
 }
 
 }  // namespace muster::launcher

@@ -131,8 +131,7 @@ void NodeRendezvous::putStacks(uint64_t request, std::string json) {
 
 void NodeRendezvous::stopWatch() { client_->stopWatch(); }
 
-void NodeRendezvous::report(uint64_t round, bool succeeded, const std::string& message,
-                            std::function<void()> then) {
+void NodeRendezvous::report(uint64_t round, bool succeeded, const std::string& message, Reported then) {
   muster::v1::ReportRequest req;
   req.set_run_id(node_.runId);
   req.set_node_id(node_.nodeId);
@@ -146,12 +145,17 @@ void NodeRendezvous::report(uint64_t round, bool succeeded, const std::string& m
   auto work = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(
       io_.get_executor());
   client_->report(req, deadlineAfter(kReportDeadline),
-                 [this, alive = alive_, work, then = std::move(then)](absl::Status s) {
-    asio::post(io_, [this, alive, work, s, then] {
+                 [this, alive = alive_, work, then = std::move(then)](absl::StatusOr<muster::v1::ReportResponse> r) {
+    asio::post(io_, [this, alive, work, r = std::move(r), then] {
       if (!*alive) return;
-      if (!s.ok()) logger()->warn("could not report to the rendezvous: {}", std::string(s.message()));
+      std::optional<muster::v1::RoundEvent> ended;
+      if (!r.ok()) {
+        logger()->warn("could not report to the rendezvous: {}", std::string(r.status().message()));
+      } else if (r->has_ended()) {
+        ended = r->ended();
+      }
       --pendingReports_;
-      if (then) then();
+      if (then) then(ended);
     });
   });
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio.hpp>
@@ -67,9 +68,10 @@ class NodeRendezvous {
   // What this node says of itself and its ranks, sent with its next keep-alive.
   void setStatus(const muster::v1::NodeStatus& status) { client_->setStatus(status); }
   // Tells the service how this node's round ended; `then` runs once it has it, or could not
-  // be told (logged), with pendingReports() already lowered.
-  void report(uint64_t round, bool succeeded, const std::string& message,
-              std::function<void()> then = {});
+  // be told (logged), with pendingReports() already lowered. It gets how the round ended when
+  // the service said so in its answer (muster's service does; etcd's answer says nothing).
+  using Reported = std::function<void(const std::optional<muster::v1::RoundEvent>& ended)>;
+  void report(uint64_t round, bool succeeded, const std::string& message, Reported then = {});
   int pendingReports() const { return pendingReports_; }
   // Stops the join: its `done` is not called, and it is not asked again.
   void stopJoining();

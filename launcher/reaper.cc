@@ -1,8 +1,12 @@
-// Reaper: the guard reads +pgid/-pgid records from a pipe; at EOF it SIGKILLs what is left.
+// Reaper: the guard reads +pgid/-pgid records from a pipe; at EOF it SIGKILLs what is left and
+// removes launch's runtime folder.
 #include "launcher/reaper.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -10,15 +14,66 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 
 namespace muster::launcher {
 namespace {
 
+// Removes everything under the folder open at `dirFd` (which it closes), depth first, with
+// system calls only (getdents64, unlinkat): async-signal-safe, no allocation. Returns false
+// when something could not be removed (a file a dying worker made meanwhile: the caller tries
+// again). Folders deeper than `depth` are left.
+bool removeContents(int dirFd, int depth) {
+  bool all = true;
+  alignas(8) char buf[4096];
+  while (true) {
+    long got = syscall(SYS_getdents64, dirFd, buf, sizeof(buf));
+    if (got <= 0) break;
+    bool removed = false;
+    for (long off = 0; off < got;) {
+      auto* entry = reinterpret_cast<struct dirent64*>(buf + off);
+      off += entry->d_reclen;
+      const char* name = entry->d_name;
+      if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+      if (unlinkat(dirFd, name, 0) == 0 || errno == ENOENT) {
+        removed = true;
+        continue;
+      }
+      if (errno != EISDIR && errno != EPERM) {
+        all = false;
+        continue;
+      }
+      int sub = depth > 0 ? openat(dirFd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+      if (sub < 0 || !removeContents(sub, depth - 1) || unlinkat(dirFd, name, AT_REMOVEDIR) != 0) {
+        all = false;
+      } else {
+        removed = true;
+      }
+    }
+    // Entries were removed while reading: read the folder again from its start, until a pass
+    // finds nothing to remove (only "." and "..", or what cannot go).
+    if (!all || !removed) break;
+    lseek(dirFd, 0, SEEK_SET);
+  }
+  close(dirFd);
+  return all;
+}
+
+void removeTree(const char* path) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;  // gone already (launch removed it)
+    if (removeContents(fd, 16) && rmdir(path) == 0) return;
+    struct timespec pause = {0, 100 * 1000 * 1000};  // a killed worker may still be on its way out
+    nanosleep(&pause, nullptr);
+  }
+}
+
 // Runs in the forked guard: only async-signal-safe calls, no allocation but mmap's (the list
 // of groups grows with mremap, as far as memory allows).
-[[noreturn]] void guardMain(int fd) {
+[[noreturn]] void guardMain(int fd, const char* removeAtEnd) {
   // Keep running through the signals that stop launch: the guard's job starts then.
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
@@ -64,19 +119,20 @@ namespace {
     break;  // EOF: launch is gone
   }
   for (size_t i = 0; i < count; ++i) kill(-groups[i], SIGKILL);
+  if (removeAtEnd[0] != '\0') removeTree(removeAtEnd);
   _exit(0);
 }
 
 }  // namespace
 
-absl::Status Reaper::start() {
+absl::Status Reaper::start(const std::string& removeAtEnd) {
   int fds[2];
   if (pipe(fds) != 0) return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   if (pid == 0) {
     close(fds[1]);
-    guardMain(fds[0]);
+    guardMain(fds[0], removeAtEnd.c_str());
   }
   close(fds[0]);
   fcntl(fds[1], F_SETFD, FD_CLOEXEC);

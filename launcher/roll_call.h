@@ -20,6 +20,7 @@ struct RollCallTarget {
   int rank = -1, localRank = -1;
   pid_t pid = -1;           // the worker (its process group's leader)
   std::string stacksFile;   // MUSTER_STACKS_FILE
+  std::string logCopy;      // where the file is copied once the rank has answered ("": nowhere)
 };
 
 // Calls `done` on the io_context's thread once every rank has answered or the deadline has

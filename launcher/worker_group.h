@@ -37,8 +37,9 @@ struct WorkerSpec {
   // this file, which the workers of a round share ("" for none).
   std::string filteredStdoutFile, filteredStderrFile;
   std::vector<std::string> stdoutFilters, stderrFilters;
-  // The roll-call's file (MUSTER_STACKS_FILE), "" for none.
-  std::string stacksFile;
+  // The roll-call's file (MUSTER_STACKS_FILE, in launch's runtime folder), "" for none, and
+  // where it is copied in the log folder once the rank has answered a roll-call.
+  std::string stacksFile, stacksLogCopy;
   // Both streams pass through launch, so that each line counts as progress (--hang_timeout).
   bool watchOutput = false;
 };

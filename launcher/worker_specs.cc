@@ -90,7 +90,11 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     e[contract::kRunDir] = layout.runDir;
     e[contract::kJobId] = layout.jobId;
     if (job.stacksSignal > 0) {
-      spec.stacksFile = (rankDir / "stacks.txt").string();
+      // In launch's runtime folder: the file is open in the rank from its start, and is the
+      // log folder's only once a roll-call took stacks (then copied to rankDir).
+      spec.stacksFile = (fs::path(layout.runtimeDir) / "stacks" / fmt::format("attempt_{}", at.round) /
+                         fmt::format("{}.txt", local)).string();
+      spec.stacksLogCopy = (rankDir / "stacks.txt").string();
       e[contract::kStacksFile] = spec.stacksFile;
       e[contract::kStacksSignal] = std::to_string(job.stacksSignal);
       if (!job.pythonHookDir.empty()) e["PYTHONPATH"] = pythonPathWithHook(job.env, job.pythonHookDir);
@@ -170,7 +174,17 @@ absl::Status makeRankDirectories(const std::vector<WorkerSpec>& specs) {
                                              dir.string(), spec.localRank, ec.message()));
     }
     // A round number can come again (a restarted rendezvousd): its roll-call file starts empty.
-    if (!spec.stacksFile.empty()) std::ofstream(spec.stacksFile, std::ios::trunc);
+    if (!spec.stacksFile.empty()) {
+      fs::path stacksDir = fs::path(spec.stacksFile).parent_path();
+      fs::create_directories(stacksDir, ec);
+      if (ec) {
+        return absl::InternalError(fmt::format("cannot create '{}' for local rank {}'s stacks: {}",
+                                               stacksDir.string(), spec.localRank, ec.message()));
+      }
+      std::ofstream(spec.stacksFile, std::ios::trunc);
+      // A roll-call's copy from the round's last run, if the number came again, is not this one's.
+      fs::remove(spec.stacksLogCopy, ec);
+    }
   }
   return absl::OkStatus();
 }

@@ -157,11 +157,15 @@ class WatchStream : public grpc::ClientReadReactor<pb::RoundEvent> {
   void OnDone(const grpc::Status& status) override {
     if (!got_) {
       if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-        // The round ended before the watch began: the service answers the next join.
+        // The round ended before the service took the watch, and the service no longer says
+        // how (it answers a round it remembers with its end): UNKNOWN, which the agent weighs
+        // against its own report's answer before it calls the node lost.
         pb::RoundEvent ended;
-        ended.set_kind(pb::RoundEvent::NODE_LOST);
+        ended.set_kind(pb::RoundEvent::UNKNOWN);
         ended.set_round(watch_->request.round());
-        ended.set_message(status.error_message());
+        ended.set_message(fmt::format("round {} ended before this node's watch began, and the rendezvous "
+                                      "no longer says how ({})", watch_->request.round(),
+                                      status.error_message()));
         watch_->deliver([&] { watch_->onEvent(ended); });
       } else {
         watch_->deliver([&] {
@@ -293,10 +297,16 @@ void RendezvousClient::unary(void (pb::Rendezvous::Stub::async::*method)(grpc::C
 }
 
 void RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline,
-                              std::function<void(absl::Status)> done) {
+                              std::function<void(absl::StatusOr<pb::ReportResponse>)> done) {
   unary<pb::ReportRequest, pb::ReportResponse>(
       &pb::Rendezvous::Stub::async::Report, request, deadline,
-      [done = std::move(done)](grpc::Status status, pb::ReportResponse&) { done(toAbsl(status)); });
+      [done = std::move(done)](grpc::Status status, pb::ReportResponse& response) {
+        if (status.ok()) {
+          done(std::move(response));
+        } else {
+          done(toAbsl(status));
+        }
+      });
 }
 
 void RendezvousClient::putStacks(const pb::PutStacksRequest& request, Deadline deadline,
@@ -369,10 +379,8 @@ absl::StatusOr<pb::Assignment> RendezvousClient::join(const pb::JoinRequest& req
   return result.get_future().get();
 }
 
-absl::Status RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline) {
-  std::promise<absl::Status> result;
-  report(request, deadline, [&](absl::Status s) { result.set_value(std::move(s)); });
-  return result.get_future().get();
+absl::StatusOr<pb::ReportResponse> RendezvousClient::report(const pb::ReportRequest& request, Deadline deadline) {
+  return blocking<pb::ReportRequest, pb::ReportResponse>(&pb::Rendezvous::Stub::async::Report, request, deadline);
 }
 
 void RendezvousClient::watch(const std::string& runId, const std::string& nodeId, uint64_t round,

@@ -42,10 +42,11 @@ class RendezvousClient : public RoundClient {
   // deadline passed: DEADLINE_EXCEEDED, cancel(): CANCELLED).
   void join(const pb::JoinRequest& request, Deadline deadline,
             std::function<void(absl::StatusOr<pb::Assignment>)> done) override;
-  void report(const pb::ReportRequest& request, Deadline deadline, std::function<void(absl::Status)> done) override;
+  void report(const pb::ReportRequest& request, Deadline deadline,
+              std::function<void(absl::StatusOr<pb::ReportResponse>)> done) override;
   // Blocking forms, for tools and benchmarks (never on an event loop).
   absl::StatusOr<pb::Assignment> join(const pb::JoinRequest& request, Deadline deadline);
-  absl::Status report(const pb::ReportRequest& request, Deadline deadline);
+  absl::StatusOr<pb::ReportResponse> report(const pb::ReportRequest& request, Deadline deadline);
 
   // A node's answer to a stack roll-call (`onStacks` of watch()).
   void putStacks(const pb::PutStacksRequest& request, Deadline deadline,

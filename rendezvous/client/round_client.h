@@ -24,8 +24,10 @@ class RoundClient {
   // cancel(): CANCELLED, the rendezvous unreachable: UNAVAILABLE).
   virtual void join(const ::muster::v1::JoinRequest& request, Deadline deadline,
                     std::function<void(absl::StatusOr<::muster::v1::Assignment>)> done) = 0;
+  // `done` gets the service's answer: how the round ended when it has (ReportResponse.ended),
+  // or why the report was not taken.
   virtual void report(const ::muster::v1::ReportRequest& request, Deadline deadline,
-                      std::function<void(absl::Status)> done) = 0;
+                      std::function<void(absl::StatusOr<::muster::v1::ReportResponse>)> done) = 0;
   // A node's answer to a stack roll-call (`onStacks` of watch()).
   virtual void putStacks(const ::muster::v1::PutStacksRequest& request, Deadline deadline,
                          std::function<void(absl::Status)> done) = 0;

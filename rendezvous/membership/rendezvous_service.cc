@@ -40,6 +40,7 @@ void RendezvousService::serve(FrontDoor& door) {
       answer->finish(toGrpc(id.status()));
       return;
     }
+    if (*id == 0) return;  // the round had ended: its end is the answer, given already
     answer->onEnd([state, id = *id](bool clientGone) { state->unwatch(id, clientGone); });
   });
   door.add<pb::HeartbeatRequest>("/muster.v1.Rendezvous/Heartbeat", [state](const pb::HeartbeatRequest& request,
@@ -90,11 +91,11 @@ void RendezvousService::serve(FrontDoor& door) {
   });
   door.add<pb::ReportRequest>("/muster.v1.Rendezvous/Report", [state](const pb::ReportRequest& request,
                                                                       std::shared_ptr<Answer> answer) {
-    auto status = state->report(request);
-    if (status.ok()) {
-      answer->reply(pb::ReportResponse());
+    auto response = state->report(request);
+    if (response.ok()) {
+      answer->reply(*response);
     } else {
-      answer->finish(toGrpc(status));
+      answer->finish(toGrpc(response.status()));
     }
   });
 }

@@ -103,7 +103,7 @@ void RendezvousState::retire(std::map<std::string, Run>::iterator it, pb::RunSum
   uint64_t seq = ++retentionSeq_;
   auto now = Clock::now();
   summary.set_state(pb::RunSummary::FINISHED);
-  finished_[it->first] = {now, seq, std::move(summary)};
+  finished_[it->first] = {now, seq, std::move(summary), it->second.lastEnd.value_or(pb::RoundEvent())};
   remember(it->first, seq);
   runs_.erase(it);
 }
@@ -319,6 +319,7 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
 void RendezvousState::endRound(Run& run, const pb::RoundEvent& event, Actions& actions) {
   pb::RoundEvent e = event;
   e.set_round(run.round);
+  run.lastEnd = e;  // for a watch or a report that comes after the end
   if (e.kind() >= 0 && e.kind() < 5) ++counts_.roundsEnded[e.kind()];
   for (auto it = run.watchers.begin(); it != run.watchers.end();) {
     if (it->second.round == run.round) {
@@ -353,7 +354,11 @@ absl::StatusOr<uint64_t> RendezvousState::heartbeat(const std::string& runId, co
                                                     const pb::NodeStatus* status) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = runs_.find(runId);
-  if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", runId));
+  if (it == runs_.end()) {
+    // A node of a finished run still remembered, between its last report and its exit.
+    if (finished_.count(runId)) return uint64_t{0};
+    return absl::NotFoundError(fmt::format("no run '{}'", runId));
+  }
   auto m = it->second.members.find(nodeId);
   if (m != it->second.members.end()) {
     m->second.expiry = deadlineAfter(Millis(static_cast<int64_t>(it->second.keepAliveMs)));
@@ -420,16 +425,35 @@ void RendezvousState::endStacks(std::map<uint64_t, StacksCall>::iterator it, Act
 
 absl::StatusOr<uint64_t> RendezvousState::watch(const std::string& runId, const std::string& nodeId,
                                                 uint64_t round, EventSink sink) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = runs_.find(runId);
-  if (it == runs_.end() || !it->second.running || it->second.round != round ||
-      !it->second.members.count(nodeId)) {
-    return absl::NotFoundError(fmt::format("round {} of run '{}' is not running with node {}", round, runId, nodeId));
+  std::optional<pb::RoundEvent> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = runs_.find(runId);
+    if (it != runs_.end() && it->second.running && it->second.round == round &&
+        it->second.members.count(nodeId)) {
+      uint64_t id = nextId_++;
+      it->second.watchers[id] = {nodeId, round, std::move(sink)};
+      watcherRuns_[id] = runId;
+      return id;
+    }
+    ended = endOf(runId, round);
+    if (!ended) {
+      return absl::NotFoundError(fmt::format("round {} of run '{}' is not running with node {}", round, runId, nodeId));
+    }
   }
-  uint64_t id = nextId_++;
-  it->second.watchers[id] = {nodeId, round, std::move(sink)};
-  watcherRuns_[id] = runId;
-  return id;
+  sink(*ended);
+  return uint64_t{0};
+}
+
+std::optional<pb::RoundEvent> RendezvousState::endOf(const std::string& runId, uint64_t round) const {
+  if (auto it = runs_.find(runId); it != runs_.end()) {
+    const Run& run = it->second;
+    if (run.lastEnd && run.lastEnd->round() == round && !(run.running && run.round == round)) return run.lastEnd;
+  } else if (auto f = finished_.find(runId); f != finished_.end() && f->second.end.round() == round &&
+                                             f->second.end.kind() != pb::RoundEvent::UNKNOWN) {
+    return f->second.end;
+  }
+  return std::nullopt;
 }
 
 void RendezvousState::unwatch(uint64_t id, bool clientGone) {
@@ -468,15 +492,26 @@ void RendezvousState::unwatch(uint64_t id, bool clientGone) {
   for (auto& a : actions) a();
 }
 
-absl::Status RendezvousState::report(const pb::ReportRequest& req) {
+absl::StatusOr<pb::ReportResponse> RendezvousState::report(const pb::ReportRequest& req) {
   Actions actions;
+  pb::ReportResponse answer;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = runs_.find(req.run_id());
-    if (it == runs_.end()) return absl::NotFoundError(fmt::format("no run '{}'", req.run_id()));
+    if (it == runs_.end()) {
+      // A finished run, still remembered: this node's report came again, or after the end.
+      if (auto ended = endOf(req.run_id(), req.round())) {
+        *answer.mutable_ended() = *ended;
+        return answer;
+      }
+      return absl::NotFoundError(fmt::format("no run '{}'", req.run_id()));
+    }
     Run& run = it->second;
     auto m = run.members.find(req.node_id());
-    if (!run.running || run.round != req.round() || m == run.members.end()) return absl::OkStatus();
+    if (!run.running || run.round != req.round() || m == run.members.end()) {
+      if (auto ended = endOf(req.run_id(), req.round())) *answer.mutable_ended() = *ended;
+      return answer;
+    }
     if (req.outcome() == pb::ReportRequest::SUCCEEDED) {
       if (!m->second.done) ++run.membersDone;
       m->second.done = true;
@@ -487,6 +522,7 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
         logger()->info("run '{}' round {}: every node succeeded", req.run_id(), run.round);
         pb::RunSummary last = summarize(it->first, run, Clock::now());  // its nodes and ranks, before the end
         endRound(run, e, actions);
+        *answer.mutable_ended() = *run.lastEnd;
         retire(it, std::move(last));
       }
     } else {
@@ -499,11 +535,12 @@ absl::Status RendezvousState::report(const pb::ReportRequest& req) {
       e.set_message(req.message());
       logger()->warn("run '{}' round {}: node {} failed: {}", req.run_id(), run.round, who(m->second.node), req.message());
       endRound(run, e, actions);
+      *answer.mutable_ended() = *run.lastEnd;
       noteIfIdle(req.run_id(), run);
     }
   }
   for (auto& a : actions) a();
-  return absl::OkStatus();
+  return answer;
 }
 
 void RendezvousState::shutdown() {

@@ -57,13 +57,19 @@ class RendezvousState {
   // One run: its summary, the running round's nodes in group-rank order with their last
   // heartbeat and status, then the nodes waiting. NOT_FOUND for a run not remembered.
   absl::StatusOr<pb::StatusReply> status(const std::string& runId) const;
-  // Watches `round` for its end. NOT_FOUND when the node is not in that running round (the
-  // round already ended: the caller rejoins).
+  // Watches `round` for its end. A round that has already ended (the service took the watch
+  // after the round's last report: the two are separate calls) gets its end at once, through
+  // `sink` and with id 0, while the run is remembered. NOT_FOUND when the node is not in that
+  // running round and the run does not remember its end (a round the run never had, a run
+  // forgotten).
   absl::StatusOr<uint64_t> watch(const std::string& runId, const std::string& nodeId,
                                  uint64_t round, EventSink sink);
   // The watch is over; `clientGone`: its agent vanished while the round ran: the node is lost.
   void unwatch(uint64_t id, bool clientGone);
-  absl::Status report(const pb::ReportRequest& request);
+  // A node's outcome for its round. The answer says how the round ended when it has (this
+  // report ended it, or it ended before), also for a finished run still remembered.
+  // NOT_FOUND: no such run (never, or forgotten).
+  absl::StatusOr<pb::ReportResponse> report(const pb::ReportRequest& request);
   // A stack roll-call of the run's running round: each node learns of it from its next
   // heartbeat and answers with putStacks; `done` runs once, when every node has answered or
   // `timeout` has passed (the missing named), or at once with NOT_FOUND for no running round.
@@ -144,11 +150,13 @@ class RendezvousState {
     Clock::time_point created = Clock::now();
     Clock::time_point idleSince{};  // when idleNoted was set
     int worldSize = 0;              // the running (or last) round's
+    std::optional<pb::RoundEvent> lastEnd;  // how the last round that ended did
   };
   struct FinishedRun {
     Clock::time_point at;
     uint64_t seq = 0;
     pb::RunSummary summary;  // as it was when it finished
+    pb::RoundEvent end;      // its last round's end (JOB_SUCCEEDED)
   };
   // The summary of a run in runs_ (under mu_).
   pb::RunSummary summarize(const std::string& runId, const Run& run, Clock::time_point now) const;
@@ -189,6 +197,8 @@ class RendezvousState {
   // Moves a run whose job succeeded out of runs_ (the caller holds no reference into it).
   // `summary`: the run as it was before its last round ended.
   void retire(std::map<std::string, Run>::iterator it, pb::RunSummary summary);
+  // How `round` of `runId` ended, when it has and the run remembers (under mu_).
+  std::optional<pb::RoundEvent> endOf(const std::string& runId, uint64_t round) const;
   // Forgets what is due (or beyond the cap). Not while iterating runs_.
   void forgetDue(Actions& actions);
 

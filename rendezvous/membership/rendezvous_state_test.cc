@@ -37,16 +37,23 @@ absl::StatusOr<pb::Assignment> joinNow(RendezvousState& state, const pb::JoinReq
   return result.get();
 }
 
+// A node's report of its round.
+pb::ReportRequest reportOf(const std::string& runId, const std::string& nodeId, uint64_t round,
+                           bool succeeded, const std::string& message = "") {
+  pb::ReportRequest report;
+  report.set_run_id(runId);
+  report.set_node_id(nodeId);
+  report.set_round(round);
+  report.set_outcome(succeeded ? pb::ReportRequest::SUCCEEDED : pb::ReportRequest::FAILED);
+  report.set_message(message);
+  return report;
+}
+
 // One node joins run `runId` alone and reports success: the job is done.
 void runOneJob(RendezvousState& state, const std::string& runId) {
   auto a = joinNow(state, joinRequest(runId, "n1", 1));
   ASSERT_TRUE(a.ok()) << a.status();
-  pb::ReportRequest report;
-  report.set_run_id(runId);
-  report.set_node_id("n1");
-  report.set_round(a->round());
-  report.set_outcome(pb::ReportRequest::SUCCEEDED);
-  ASSERT_TRUE(state.report(report).ok());
+  ASSERT_TRUE(state.report(reportOf(runId, "n1", a->round(), true)).ok());
 }
 
 // Waits (bounded) for the timer thread to bring the count of runs to `n` or below.
@@ -197,16 +204,10 @@ TEST(Reports, TheJobSucceedsWhenEveryNodeHasReportedOnce) {
   auto b = startJoin(state, joinRequest("all", "b", 2));
   auto ra = a->get(), rb = b->get();
   ASSERT_TRUE(ra.ok() && rb.ok());
-  pb::ReportRequest report;
-  report.set_run_id("all");
-  report.set_round(ra->round());
-  report.set_outcome(pb::ReportRequest::SUCCEEDED);
-  report.set_node_id("a");
-  ASSERT_TRUE(state.report(report).ok());
-  ASSERT_TRUE(state.report(report).ok());  // the same node twice counts once
+  ASSERT_TRUE(state.report(reportOf("all", "a", ra->round(), true)).ok());
+  ASSERT_TRUE(state.report(reportOf("all", "a", ra->round(), true)).ok());  // the same node twice counts once
   EXPECT_EQ(state.stats().runsFinished, 0u);
-  report.set_node_id("b");
-  ASSERT_TRUE(state.report(report).ok());
+  ASSERT_TRUE(state.report(reportOf("all", "b", rb->round(), true)).ok());
   EXPECT_EQ(state.stats().runsFinished, 1u);
   // rendezvousctl runs: the finished run as it ran, its nodes and ranks.
   auto runs = state.runs();
@@ -215,6 +216,76 @@ TEST(Reports, TheJobSucceedsWhenEveryNodeHasReportedOnce) {
   EXPECT_EQ(runs[0].nodes(), 2);
   EXPECT_EQ(runs[0].ranks(), 2);
   EXPECT_GT(runs[0].forgotten_in_ms(), 0u);
+}
+
+// What a node's late calls meet once its round has ended: a watch the service takes after the
+// node's own report (two calls, two threads, no order between them) gets the round's end, not
+// NOT_FOUND, and the report that ends the round says how it ended.
+//
+// Watches and returns the event delivered (at once or later), or an error.
+absl::StatusOr<pb::RoundEvent> watchNow(RendezvousState& state, const std::string& runId,
+                                        const std::string& nodeId, uint64_t round) {
+  auto event = std::make_shared<std::promise<pb::RoundEvent>>();
+  auto got = event->get_future();
+  auto id = state.watch(runId, nodeId, round, [event](const pb::RoundEvent& e) { event->set_value(e); });
+  if (!id.ok()) return id.status();
+  if (got.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return absl::DeadlineExceededError("no event for the watch");
+  }
+  return got.get();
+}
+
+TEST(LateCalls, AWatchAfterTheLastReportGetsTheJobsSuccess) {
+  RendezvousState state({.ttl = Millis(60000), .maxRuns = 100});
+  auto a = joinNow(state, joinRequest("x33", "n1", 1));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto reported = state.report(reportOf("x33", "n1", a->round(), true));
+  ASSERT_TRUE(reported.ok()) << reported.status();
+  ASSERT_TRUE(reported->has_ended()) << "the report that ends the round says so";
+  EXPECT_EQ(reported->ended().kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  EXPECT_EQ(reported->ended().round(), a->round());
+  // The watch the node sent before its report, taken by the service after it.
+  auto late = watchNow(state, "x33", "n1", a->round());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  EXPECT_EQ(late->round(), a->round());
+  // The same report again (a retry) is answered the same way, as is a heartbeat.
+  auto again = state.report(reportOf("x33", "n1", a->round(), true));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ended().kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  EXPECT_TRUE(state.heartbeat("x33", "n1").ok());
+  // A round the run never had is still unknown.
+  auto other = watchNow(state, "x33", "n1", a->round() + 1);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kNotFound) << other.status();
+}
+
+TEST(LateCalls, AWatchAfterAnotherNodesFailureGetsThatFailure) {
+  RendezvousState state;
+  auto a = startJoin(state, joinRequest("f", "a", 2));
+  auto b = startJoin(state, joinRequest("f", "b", 2));
+  auto ra = a->get(), rb = b->get();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  auto failed = state.report(reportOf("f", "b", rb->round(), false, "rank 3 exited with 1"));
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->ended().kind(), pb::RoundEvent::NODE_FAILED);
+  auto late = watchNow(state, "f", "a", ra->round());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->kind(), pb::RoundEvent::NODE_FAILED);
+  EXPECT_EQ(late->message(), "rank 3 exited with 1");
+  // a's own success after the round ended by b's failure: the answer says how it ended.
+  auto mine = state.report(reportOf("f", "a", ra->round(), true));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->ended().kind(), pb::RoundEvent::NODE_FAILED);
+}
+
+TEST(LateCalls, AReportOfARunForgottenIsNotFound) {
+  RendezvousState state({.ttl = Millis(100), .maxRuns = 100});
+  runOneJob(state, "gone");
+  ASSERT_TRUE(awaitRunCount(state, 0));
+  auto late = state.report(reportOf("gone", "n1", 0, true));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kNotFound) << late.status();
+  auto watch = watchNow(state, "gone", "n1", 0);
+  EXPECT_EQ(watch.status().code(), absl::StatusCode::kNotFound) << watch.status();
 }
 
 TEST(Joins, ARefusedFirstJoinLeavesNoRunBehind) {

@@ -454,6 +454,64 @@ TEST(RendezvousServer, RendezvousBesideTheStoreAsksForTheSameToken) {
   EXPECT_EQ(stub->Heartbeat(&member, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// The order a node's calls reach the service in is not the order it sent them: a watch sent
+// before the node's success report can be taken after it, when the round has ended. Over the
+// wire, in that order: the report's answer says the job succeeded, and the watch gets the same
+// end, not NOT_FOUND (which launch took for a lost node, and a good job for a failed one).
+TEST(RendezvousServer, AWatchTakenAfterTheLastReportGetsTheJobsSuccess) {
+  auto server = startServer();
+  auto stub = pb::Rendezvous::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  pb::JoinRequest join;
+  join.set_run_id("x33");
+  join.mutable_node()->set_node_id("n1");
+  join.mutable_node()->set_host("h1");
+  join.mutable_node()->set_local_world_size(1);
+  join.mutable_node()->set_wanted_rank(-1);
+  join.set_min_nodes(1);
+  join.set_max_nodes(1);
+  join.set_join_timeout_ms(30000);
+  join.set_keep_alive_ms(30000);
+  pb::Assignment assignment;
+  grpc::ClientContext joining;
+  joining.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(stub->Join(&joining, join, &assignment).ok());
+
+  pb::ReportRequest report;
+  report.set_run_id("x33");
+  report.set_node_id("n1");
+  report.set_round(assignment.round());
+  report.set_outcome(pb::ReportRequest::SUCCEEDED);
+  pb::ReportResponse reported;
+  grpc::ClientContext reporting;
+  ASSERT_TRUE(stub->Report(&reporting, report, &reported).ok());
+  ASSERT_TRUE(reported.has_ended());
+  EXPECT_EQ(reported.ended().kind(), pb::RoundEvent::JOB_SUCCEEDED);
+
+  pb::WatchRequest watch;
+  watch.set_run_id("x33");
+  watch.set_node_id("n1");
+  watch.set_round(assignment.round());
+  grpc::ClientContext watching;
+  watching.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto reader = stub->Watch(&watching, watch);
+  pb::RoundEvent event;
+  ASSERT_TRUE(reader->Read(&event)) << "the watch of an ended round ended without its end: "
+                                    << reader->Finish().error_message();
+  EXPECT_EQ(event.kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  EXPECT_EQ(event.round(), assignment.round());
+  EXPECT_FALSE(reader->Read(&event));
+  EXPECT_TRUE(reader->Finish().ok());
+
+  // A heartbeat between the end and the node's exit is answered, not refused.
+  pb::HeartbeatRequest beat;
+  beat.set_run_id("x33");
+  beat.set_node_id("n1");
+  pb::HeartbeatResponse beaten;
+  grpc::ClientContext beating;
+  EXPECT_TRUE(stub->Heartbeat(&beating, beat, &beaten).ok());
+}
+
 TEST(RendezvousServer, WithoutTokenAnyClientIsServed) {
   auto server = startServer();
   auto client = connectTo(*server, {.ns = "job", .token = "unneeded"});

@@ -265,6 +265,58 @@ TEST_F(LaunchTest, KillMinusNineOfLaunchLeavesNoWorkerOrGrandchild) {
   EXPECT_TRUE(allGone(pids)) << "workers or their children outlived launch";
 }
 
+// The log folder holds what torchrun's does and nothing of launch's own: a log folder is
+// copied into bug reports and buckets, and the store's token must never be in one. launch's
+// files (the token, the Python hook, the ranks' stack files) are in a private runtime folder
+// that goes with launch.
+TEST_F(LaunchTest, TheLogFolderHoldsOnlyTheRanksLogsAndNoSecret) {
+  std::string body = "echo \"out $RANK\"; echo \"err $RANK\" >&2\n"
+                     "cp \"$MUSTER_STORE_TOKEN_FILE\" " + (dir_ / "token_").string() + "$RANK\n"
+                     "echo \"$MUSTER_STORE_TOKEN_FILE\" > " + (dir_ / "where_").string() + "$RANK\n"
+                     "stat -c %a \"$(dirname \"$MUSTER_STORE_TOKEN_FILE\")\" > " + (dir_ / "mode_").string() + "$RANK\n";
+  std::string logs = (dir_ / "logs").string();
+  Child c(launch({"--nproc_per_node=2", "--log_dir", logs, "--redirects=3", script("talk.sh", body)}));
+  ASSERT_EQ(c.wait(kRun)->code, 0) << c.stderrText();
+  std::string token = read("token_0");
+  ASSERT_EQ(token.size(), 32u) << "a job's token: 16 random bytes in hex";
+  std::string tokenFile = read("where_0");
+  tokenFile.erase(tokenFile.find_last_not_of('\n') + 1);
+  EXPECT_EQ(tokenFile.rfind(logs, 0), std::string::npos) << tokenFile << " is under the log folder";
+  EXPECT_EQ(read("mode_0"), "700\n") << "launch's runtime folder is for its own user only";
+  EXPECT_FALSE(fs::exists(fs::path(tokenFile).parent_path())) << "launch's runtime folder outlived it";
+  std::set<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(logs)) {
+    std::string rel = fs::relative(e.path(), logs).string();
+    files.insert(std::regex_replace(rel, std::regex("^none_[A-Za-z0-9]+"), "RUN") + (e.is_directory() ? "/" : ""));
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(text.find(token), std::string::npos) << "the store's token is in " << e.path();
+  }
+  std::set<std::string> torchruns{"RUN/", "RUN/attempt_0/", "RUN/attempt_0/0/", "RUN/attempt_0/1/",
+                                  "RUN/attempt_0/0/stdout.log", "RUN/attempt_0/0/stderr.log",
+                                  "RUN/attempt_0/1/stdout.log", "RUN/attempt_0/1/stderr.log"};
+  EXPECT_EQ(files, torchruns);
+}
+
+TEST_F(LaunchTest, KillMinusNineOfLaunchRemovesItsRuntimeFolder) {
+  std::string where = (dir_ / "where_").string() + "$RANK";
+  std::string body = "echo \"$MUSTER_STORE_TOKEN_FILE\" > " + where + ".tmp && mv " + where + ".tmp " + where +
+                     "\nexec sleep 300\n";
+  Child c(launch({"--nproc_per_node=2", script("wait.sh", body)}));
+  ASSERT_TRUE(awaitFiles("where_", 2));
+  std::string tokenFile = read("where_0");
+  tokenFile.erase(tokenFile.find_last_not_of('\n') + 1);
+  fs::path runtime = fs::path(tokenFile).parent_path();
+  ASSERT_TRUE(fs::exists(runtime / "store.token")) << runtime;
+  c.kill(SIGKILL);
+  ASSERT_TRUE(c.wait(kRun).has_value());
+  // The orphan guard kills the workers, then removes the folder.
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(10000);
+  while (fs::exists(runtime) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_FALSE(fs::exists(runtime)) << runtime << " outlived launch's SIGKILL";
+}
+
 TEST_F(LaunchTest, SigtermIsForwardedAndLaunchExitsNonZero) {
   std::string body = "trap 'echo got-term > " + (dir_ / "term_").string() +
                      "$RANK; exit 0' TERM\necho ready > " + (dir_ / "ready_").string() +

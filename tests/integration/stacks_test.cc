@@ -105,6 +105,18 @@ TEST_F(Stacks, AHungGlooJobEndsWithTheStuckRankAndTheOthersInAllReduce) {
   std::string report = wholeReport(err);
   EXPECT_NE(report.find("every thread of rank 1:"), std::string::npos) << report;
   EXPECT_NE(report.find("hang.py"), std::string::npos) << report;
+  // Each rank's own answer is in its log folder, copied there once its stacks were taken (the
+  // file the rank writes into lives in launch's runtime folder, gone with launch).
+  int copies = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ / "logs")) {
+    if (e.path().filename() != "stacks.txt") continue;
+    ++copies;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find("hang.py"), std::string::npos) << e.path() << ":\n" << text;
+    EXPECT_TRUE(std::regex_search(e.path().string(), std::regex(R"(/attempt_0/[012]/stacks\.txt$)"))) << e.path();
+  }
+  EXPECT_EQ(copies, 3);
 }
 
 TEST_F(Stacks, AnExpiredFileTimerKillsTheWorkerAsUnderTorchrunAndIsNamed) {
@@ -314,11 +326,13 @@ class MemoryCgroup {
     std::string name = "muster-oom-" + std::to_string(getpid());
     if (list.find("memory") != std::string::npos) {
       path_ = "/sys/fs/cgroup/" + name;
+      rmdir(path_.c_str());  // a killed test's of the same pid, empty since its processes died
       if (!fs::create_directory(path_, ec_)) return;
       ok_ = write("memory.max", limitBytes);
       write("memory.swap.max", 0);
     } else if (fs::exists("/sys/fs/cgroup/memory/memory.limit_in_bytes")) {
       path_ = "/sys/fs/cgroup/memory/" + name;
+      rmdir(path_.c_str());  // a killed test's of the same pid, empty since its processes died
       if (!fs::create_directory(path_, ec_)) return;
       ok_ = write("memory.limit_in_bytes", limitBytes);
       write("memory.memsw.limit_in_bytes", limitBytes);

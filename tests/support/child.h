@@ -3,6 +3,8 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <poll.h>
@@ -21,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <regex>
 #include <string>
 #include <thread>
@@ -102,17 +105,56 @@ inline bool awaitPath(const std::filesystem::path& path, std::chrono::millisecon
   return false;
 }
 
-// A free TCP port on loopback (bound and released: free at the moment of asking).
+// A port for a program that binds it later (torchrun's --master_port, etcd's, a restarted
+// rendezvousd's), that no other test gets while this process lives: from a band below the
+// kernel's ephemeral range (which bind(0) and connect() never hand out), held by an flock on a
+// file all tests share, as tests/support/ports.py does for the Python tests. Nothing listens on
+// it on any address when it is handed out. A port from bind(0) would be free only at the moment
+// of asking: the next bind(0) or connect() of a test beside this one could take it.
+inline bool bindableEverywhere(int port) {
+  for (int family : {AF_INET, AF_INET6}) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;  // no IPv6 here
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int rc;
+    if (family == AF_INET) {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    } else {
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+      sockaddr_in6 addr{};
+      addr.sin6_family = AF_INET6;
+      addr.sin6_port = htons(static_cast<uint16_t>(port));
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    }
+    close(fd);
+    if (rc != 0) return false;
+  }
+  return true;
+}
+
 inline int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  constexpr int kFirst = 20000, kEnd = 32000;  // below 32768, the ephemeral range's usual start
+  const char* locks = "/tmp/muster-test-ports";
+  if (mkdir(locks, 01777) == 0) chmod(locks, 01777);  // any user's tests share it
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    int port = kFirst + static_cast<int>(rng() % (kEnd - kFirst));
+    std::string path = std::string(locks) + "/" + std::to_string(port) + ".lock";
+    int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      close(fd);
+      continue;
+    }
+    if (bindableEverywhere(port)) return port;  // fd stays open: the lock lasts as this process
+    close(fd);
+  }
+  std::abort();  // 1,000 ports of the band taken: something is badly wrong on this machine
 }
 
 // A child's exit: code >= 0 when it exited, signal > 0 when a signal ended it.
@@ -216,6 +258,12 @@ class Child {
   std::string stdoutText() const { return join(outLines_) + outPartial_; }
   std::string stderrText() const { return join(errLines_) + errPartial_; }
   const std::vector<std::string>& stderrLines() const { return errLines_; }
+  // Reads what the child has written so far, without waiting. A long-lived child (a daemon
+  // that logs a line per event) blocks on a full pipe unless its output is read now and then.
+  void drain() {
+    while (pump(0)) {
+    }
+  }
 
  private:
   static std::string join(const std::vector<std::string>& lines) {
