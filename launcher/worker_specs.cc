@@ -112,13 +112,15 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     if (o.prefixOutput || tee.out || tee.err) {
       spec.prefix = linePrefix(o, local, spec.globalRank, job.hostName);
     }
-    if (shown && !o.duplicateStdoutFilters.empty() && tee.out) {
+    // The filtered file is there whenever its filters are given, as torchrun opens it then
+    // (empty when no shown rank tees that stream); only a shown, tee'd rank's lines go to it.
+    if (!o.duplicateStdoutFilters.empty()) {
       spec.filteredStdoutFile = (attemptDir / "filtered_stdout.log").string();
-      spec.stdoutFilters = o.duplicateStdoutFilters;
+      if (shown && tee.out) spec.stdoutFilters = o.duplicateStdoutFilters;
     }
-    if (shown && !o.duplicateStderrFilters.empty() && tee.err) {
+    if (!o.duplicateStderrFilters.empty()) {
       spec.filteredStderrFile = (attemptDir / "filtered_stderr.log").string();
-      spec.stderrFilters = o.duplicateStderrFilters;
+      if (shown && tee.err) spec.stderrFilters = o.duplicateStderrFilters;
     }
     spec.argv = job.command;
     for (auto& arg : spec.argv) {
@@ -172,6 +174,11 @@ absl::Status makeRankDirectories(const std::vector<WorkerSpec>& specs) {
     if (ec) {
       return absl::InternalError(fmt::format("cannot create the log directory '{}' of local rank {}: {}",
                                              dir.string(), spec.localRank, ec.message()));
+    }
+    // Made here, not only by a stream that writes to them: a rank whose stream is not read
+    // (not tee'd) still has torchrun's empty file.
+    for (const auto* filtered : {&spec.filteredStdoutFile, &spec.filteredStderrFile}) {
+      if (!filtered->empty() && !fs::exists(*filtered)) std::ofstream(*filtered, std::ios::app);
     }
     // A round number can come again (a restarted rendezvousd): its roll-call file starts empty.
     if (!spec.stacksFile.empty()) {

@@ -27,19 +27,27 @@ LOGS = ["--log_dir={log}", "--redirects=3", "--tee=3"]
 FAILING = {"OUTPUT_SLEEP": "30"}
 
 
-def case(name, flags, env=None, since=(1, 13), ranks=2):
-    return dict(name=name, flags=flags, env=env or {}, since=since, ranks=ranks)
+def case(name, flags, env=None, since=(1, 13), ranks=2, tmp_logs=False):
+    return dict(name=name, flags=flags, env=env or {}, since=since, ranks=ranks, tmp_logs=tmp_logs)
 
 
 CASES = [
     case("plain", []),
+    case("log_dir", ["--log_dir={log}"]),
     case("tee", LOGS),
+    case("tee_only", ["--log_dir={log}", "--tee=3"]),
     case("redirect_out", ["--log_dir={log}", "--redirects=1"]),
+    case("redirect_err", ["--log_dir={log}", "--redirects=2"]),
+    # No --log_dir: each side's temporary base under its own TMPDIR.
+    case("redirect_no_log_dir", ["--redirects=3"], tmp_logs=True),
     case("per_rank", ["--log_dir={log}", "--redirects=0:3,1:1", "--tee=0:1"]),
     case("local_ranks_filter", ["--local-ranks-filter=1"] + LOGS, since=(2, 4)),
     case("logs_specs", ["--logs-specs=default"] + LOGS, since=(2, 4)),
     case("prefix_template", ["--log-line-prefix-template=${role_name}-${rank}-${local_rank}:",
                              "--role=trainer"] + LOGS, since=(2, 14)),
+    case("filters", ["--duplicate-stdout-filters=n=1", "--duplicate-stderr-filters=n=2"] + LOGS,
+         since=(2, 14)),
+    case("filters_untee", ["--log_dir={log}", "--duplicate-stdout-filters=n=1"], since=(2, 14)),
     case("raise", LOGS, env=dict(FAILING, OUTPUT_END="raise")),
     case("exit_code", LOGS, env=dict(FAILING, OUTPUT_END="exit")),
     case("segv", LOGS, env=dict(FAILING, OUTPUT_END="segv")),
@@ -63,6 +71,10 @@ def one_side(c, who, launch, work):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "TORCHELASTIC_"))}
     env.update(c["env"])
     env["TORCHELASTIC_ERROR_FILE"] = agent_error
+    tmp = os.path.join(work, who + "-tmp")
+    if c["tmp_logs"]:
+        os.makedirs(tmp)
+        env["TMPDIR"] = tmp
     flags = ["--nproc_per_node=%d" % c["ranks"], "--master_port=%d" % free_port()]
     flags += [f.replace("{log}", log) for f in c["flags"]]
     if who == "torch":
@@ -73,7 +85,14 @@ def one_side(c, who, launch, work):
     p = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=240, cwd=work)
     out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
-    return dict(rc=p.returncode, out=out, err=err, files=log_files(log),
+    if c["tmp_logs"]:
+        # The temporary log base, the one folder left in TMPDIR (torchelastic_XXXX, muster_XXXX).
+        left = sorted(os.listdir(tmp))
+        log = os.path.join(tmp, left[0]) if len(left) == 1 else None
+        files = log_files(log) if log else {"<left in TMPDIR>": left}
+    else:
+        files = log_files(log)
+    return dict(rc=p.returncode, out=out, err=err, files=files,
                 agent_error=read_json(agent_error), report=report(err), events=events(err),
                 left=leftovers(tag))
 
@@ -109,7 +128,8 @@ def normalize_error(data):
 
 
 def log_files(log):
-    """{path below the run's folder: contents}; the run's folder is RUNID_RANDOM."""
+    """{path below the run's folder: contents, or DIR for a folder}; the run's folder is
+    RUNID_RANDOM."""
     if not os.path.isdir(log):
         return None
     runs = os.listdir(log)
@@ -117,7 +137,9 @@ def log_files(log):
         return {"<run folders>": sorted(runs)}
     run = runs[0]
     files = {"<run folder>": run}
-    for top, _, names in os.walk(os.path.join(log, run)):
+    for top, dirs, names in os.walk(os.path.join(log, run)):
+        for name in dirs:
+            files[os.path.relpath(os.path.join(top, name), os.path.join(log, run)) + "/"] = "DIR"
         for name in names:
             path = os.path.join(top, name)
             rel = os.path.relpath(path, os.path.join(log, run))
@@ -125,6 +147,9 @@ def log_files(log):
                 text = f.read().decode(errors="replace")
             if name == "error.json":
                 text = normalize_error(json.loads(text))
+            elif name.startswith("filtered_"):
+                # The ranks' lines, as each wrote them: in no fixed order between ranks.
+                text = sorted(scrub(text).splitlines())
             else:
                 text = scrub(text)
             files[rel] = text
@@ -222,9 +247,13 @@ def events(err):
     return sorted(out, key=key)
 
 
-# Files launch writes beside torchrun's, its own: stacks of the ranks, the Python hook, the
-# store's token.
-OURS = re.compile(r"^(stacks.*\.txt|attempt_\d+/\d+/stacks\.txt|python/.*|store\.token)$")
+# The stacks a roll-call took (launch takes the survivors' when a rank fails): the report,
+# stacks-N.txt, beside the attempts, and each rank's answer in its folder. Only where launch said
+# it took them ("every thread's stack: FILE"); launch's other files never are in a log folder.
+STACKS = re.compile(r"^(stacks-\d+\.txt|attempt_\d+/\d+/stacks\.txt)$")
+TOOK_STACKS = re.compile(r"every thread's stack: \S+/(stacks-\d+\.txt)")
+KEPT_STACKS = ("launch took the ranks' stacks before it stopped them: the report and each "
+               "rank's answer are in the log folder (docs/launching.md)")
 KEPT_FAILURES = ("torchrun also lists, under Failures, the ranks it stopped itself with SIGTERM "
                  "after the root cause; launch lists only ranks that failed on their own and "
                  "says in its log which it stopped")
@@ -263,7 +292,15 @@ def compare(c, t, o):
     differ("stderr lines", console(t["err"]), console(o["err"]))
     tf, of = t["files"], o["files"]
     if tf is not None or of is not None:
-        of = {k: v for k, v in (of or {}).items() if not OURS.match(k)}
+        of = dict(of or {})
+        taken = set(TOOK_STACKS.findall(o["err"]))
+        stacks = {k for k in of if STACKS.match(k)}
+        if taken and stacks:
+            kept.add(KEPT_STACKS)
+            for k in stacks:
+                if k.startswith("stacks-") and k not in taken:
+                    diffs.append(f"log file {k}: launch wrote it, but named only {sorted(taken)}")
+                of.pop(k)
         for k in sorted(set(tf or {}) | set(of)):
             differ(f"log file {k}", (tf or {}).get(k), of.get(k))
     differ("launcher's error file", t["agent_error"], o["agent_error"])

@@ -3,9 +3,10 @@
 (MUSTER_TEST_LAUNCH_FLAGS) and a free port."""
 import os
 import re
-import socket
 import sys
 import tempfile
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import reserve_port as free_port  # noqa: E402  (a port no test beside this one gets)
 
 PY = os.environ["MUSTER_TEST_PYTHON"]
 VERSION = os.environ["MUSTER_TEST_TORCH"]
@@ -13,12 +14,6 @@ MAJOR_MINOR = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", VERSION).groups())
 LAUNCH_FLAGS = os.environ.get("MUSTER_TEST_LAUNCH_FLAGS", "").split()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def launch_argv(launch, args):

@@ -31,9 +31,12 @@ else
   # The root's python3 by its full name, as torchrun's sys.executable names it to the ranks.
   want=$(printf '#!/bin/sh\nexec "%s" "%s" /usr/bin/python3 "$@"' "$here/torch2/in_root.sh" "$root")
   if [ ! -x "$wrap" ] || [ "$(cat "$wrap")" != "$want" ]; then
-    printf '%s\n' "$want" >"$wrap.new"
-    chmod +x "$wrap.new"
-    mv "$wrap.new" "$wrap"
+    # A name of its own, then a rename: two tests starting together each write their own
+    # file, and either rename leaves the same whole wrapper in place.
+    new=$(mktemp "$wrap.XXXXXX")
+    printf '%s\n' "$want" >"$new"
+    chmod +x "$new"
+    mv -f "$new" "$wrap"
   fi
   export MUSTER_ROOT_BINDS=$source:$build${MUSTER_ROOT_BINDS:+:$MUSTER_ROOT_BINDS}
   export MUSTER_TEST_PYTHON=$wrap

@@ -10,13 +10,14 @@ expanded), joined through that rendezvousd with the Secret's token.
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
 
 import yaml
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import reserve_port as free_port  # noqa: E402  (a port no test beside this one gets)
 
 BUILD, SOURCE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 K8S = os.path.join(SOURCE, "deploy", "k8s")
@@ -60,10 +61,6 @@ def mount_of(pod, path):
     return None, None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Manifests(unittest.TestCase):

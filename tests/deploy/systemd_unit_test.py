@@ -10,11 +10,12 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import unittest
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import reserve_port  # noqa: E402  (a port no test beside this one gets)
 
 BUILD, SOURCE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 UNIT = os.path.join(SOURCE, "deploy", "systemd", "rendezvousd.service")
@@ -84,9 +85,7 @@ class Unit(unittest.TestCase):
         os.makedirs(creds)
         with open(os.path.join(creds, "token"), "w") as f:
             f.write("s3cret\n")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = reserve_port()
         # systemd's expansion: ${VAR} one word, $VAR split on whitespace (empty: nothing).
         line = exec_start.replace("${CREDENTIALS_DIRECTORY}", creds).replace("$RENDEZVOUSD_ARGS", "")
         argv = shlex.split(line)

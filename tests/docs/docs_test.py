@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_links  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ports import reserve_port as free_port  # noqa: E402  (a port no test beside this one gets)
 
 PROGRAMS = {"launch": "launcher/launch", "rendezvousd": "rendezvous/rendezvousd",
             "rendezvousctl": "rendezvous/rendezvousctl", "worker": "worker/worker"}
@@ -169,10 +170,6 @@ def check_flags(build, rel, number, command):
     return problems
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def expand(text, names):

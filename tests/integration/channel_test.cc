@@ -106,6 +106,7 @@ class NetnsNodes : public Channel {
     int subnet = 100 + getpid() % 100;
     addrA_ = "10.213." + std::to_string(subnet) + ".1";
     addrB_ = "10.213." + std::to_string(subnet) + ".2";
+    teardown();  // namespaces of these names are a killed test's of the same pid
     std::string script =
         "set -e; ip netns add " + tag_ + "a; ip netns add " + tag_ + "b; "
         "ip link add " + tag_ + "x type veth peer name " + tag_ + "y; "

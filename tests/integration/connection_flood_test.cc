@@ -28,20 +28,24 @@ constexpr Millis kRun{120000};
 
 // 5,000 connections from 127.0.0.2, opened as fast as they go and held, then all closed; and
 // again, until `stop` exists (at most 60 s). Prints "flooding" once the first 1,000 are open and
-// the total opened at the end.
+// the total opened at the end. Their own ports are 10000-14999, below the kernel's ephemeral
+// range: the flood takes none of the ports other tests get from bind(0) and bind again later on
+// every address (torch's TCPStore server listens on 0.0.0.0), which an ephemeral port held on
+// 127.0.0.2 would refuse.
 constexpr char kFlooder[] = R"PY(
 import os, socket, sys, time
 port, stop = int(sys.argv[1]), sys.argv[2]
 opened, said, start = 0, False, time.time()
 while not os.path.exists(stop) and time.time() - start < 60:
     held = []
-    for _ in range(5000):
+    for i in range(5000):
         try:
             s = socket.socket()
         except OSError:  # out of descriptors here: hold what is open
             break
         try:
-            s.bind(("127.0.0.2", 0))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # last round's in TIME_WAIT
+            s.bind(("127.0.0.2", 10000 + i))
             s.connect(("127.0.0.1", port))
             held.append(s)
             opened += 1

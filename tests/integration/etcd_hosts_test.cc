@@ -122,10 +122,10 @@ class EtcdHosts : public ::testing::Test {
   }
   // Member i loses its cluster, not its clients: its peers' traffic is dropped both ways.
   void cutFromPeers(int i) {
-    ASSERT_TRUE(inMemberHost(i, "iptables -A INPUT -p tcp --dport " + std::to_string(cluster_->peerPort(i)) + " -j DROP"));
+    ASSERT_TRUE(inMemberHost(i, "iptables -w -A INPUT -p tcp --dport " + std::to_string(cluster_->peerPort(i)) + " -j DROP"));
     for (int j = 0; j < kMembers; ++j) {
       if (j == i) continue;
-      ASSERT_TRUE(inMemberHost(i, "iptables -A OUTPUT -p tcp --dport " + std::to_string(cluster_->peerPort(j)) + " -j DROP"));
+      ASSERT_TRUE(inMemberHost(i, "iptables -w -A OUTPUT -p tcp --dport " + std::to_string(cluster_->peerPort(j)) + " -j DROP"));
     }
   }
 

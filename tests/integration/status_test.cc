@@ -197,11 +197,12 @@ TEST_F(Status, BadRequestsAreOneLine) {
   b.wait(kRun);
 }
 
-// tmux: a real terminal, its screen read back with capture-pane.
+// tmux: a real terminal, its screen read back with capture-pane. A tmux server of its own
+// (-L): the machine's default one is anyone's, with its environment and its sessions.
 class Tmux {
  public:
   explicit Tmux(const std::string& name) : name_(name + std::to_string(getpid())) {}
-  ~Tmux() { run("kill-session -t " + name_ + " 2>/dev/null"); }
+  ~Tmux() { run("kill-server 2>/dev/null"); }
   bool start(const std::string& command, int cols, int rows) {
     return run("new-session -d -s " + name_ + " -x " + std::to_string(cols) + " -y " + std::to_string(rows) + " '" +
                command + "'") == 0;
@@ -212,7 +213,7 @@ class Tmux {
   void keys(const std::string& k) { run("send-keys -t " + name_ + " " + k); }
   std::string screen() {
     std::string out;
-    FILE* p = popen(("tmux capture-pane -p -t " + name_ + " 2>/dev/null").c_str(), "r");
+    FILE* p = popen(("tmux -L " + name_ + " capture-pane -p -t " + name_ + " 2>/dev/null").c_str(), "r");
     if (!p) return out;
     char buf[4096];
     size_t n;
@@ -234,7 +235,7 @@ class Tmux {
   }
 
  private:
-  int run(const std::string& args) { return std::system(("tmux " + args + " >/dev/null 2>&1").c_str()); }
+  int run(const std::string& args) { return std::system(("tmux -L " + name_ + " " + args + " >/dev/null 2>&1").c_str()); }
   std::string name_;
 };
 

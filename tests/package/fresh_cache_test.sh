@@ -35,7 +35,8 @@ exec 8<>"$empty/pipe-a" 9<>"$empty/pipe-b" 10</dev/null 11>/dev/null 12</dev/nul
 held=$(ls /proc/$$/fd | sort -n | tr '\n' ' ')
 echo "fresh_cache_test: cache $empty (empty), descriptors open: $held"
 start=$SECONDS
-MUSTER_TEST_CACHE=$empty "$source/tests/package/package_test.sh" "$build" "$source" \
+MUSTER_TEST_CACHE=$empty MUSTER_PACKAGE_TEST_OUT=$empty/package-test \
+  "$source/tests/package/package_test.sh" "$build" "$source" \
   || fail "the package test failed from an empty cache (above)"
 [ -s "$empty/bookworm-apt.tar" ] || fail "the package test passed without making a root in the empty cache"
 # The torch roots, unpacked in a build folder of their own (the suite's are in use).

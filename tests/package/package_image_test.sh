@@ -71,7 +71,10 @@ PY
 user=${spec[1]}
 group=${spec[2]}
 mode=${spec[3]}
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# From tests/support/ports.py's band, below the ephemeral range: no bind(0) or connect() of a
+# test beside this one takes it before the container binds it (its lock ends with the script
+# that printed it; the band's other tests pick among 12,000 ports at random).
+port=$(/usr/bin/python3 "$source/tests/support/ports.py")
 args=()
 for a in "${spec[@]:5}"; do args+=("$(sed -E "s/^--port=[0-9]+$/--port=$port/" <<<"$a")"); done
 token=5ecret-of-the-image-test

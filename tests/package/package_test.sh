@@ -14,7 +14,9 @@ set -euo pipefail
 . "$(dirname "$0")/../support/close_inherited_fds.sh"
 build=$(cd "$1" && pwd)
 source=$2
-out=$build/package-test
+# MUSTER_PACKAGE_TEST_OUT: another folder for what this makes (fresh_cache_test.sh's run must
+# not replace the checked root package_image_test.sh uses).
+out=${MUSTER_PACKAGE_TEST_OUT:-$build/package-test}
 cache=${MUSTER_TEST_CACHE:-/var/cache/muster-test}
 fail() { echo "package_test: $*" >&2; exit 1; }
 if [ "$(id -u)" -ne 0 ]; then echo "package_test: needs root (chroot, mounts): skipped"; exit 77; fi

@@ -25,6 +25,10 @@ class NetnsNetwork {
 
   // False (and nothing left behind) when namespaces cannot be made here.
   bool create(bool bridgeHasAddress = false) {
+    // Namespaces of these names are a killed test's of the same pid (live pids are unique):
+    // gone first, or `ip netns add` would fail and the test skip as if none could be made.
+    made_ = true;
+    remove();
     std::string b = tag_ + "br";
     std::string s = "set -e; ip netns add " + b + "; ip -n " + b + " link set lo up; ip -n " + b +
                     " link add br0 type bridge; ip -n " + b + " link set br0 up; ";

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Runs a command in a torch root (torch_root.sh), in a mount namespace of its own: the host's
 # /proc, /sys, /dev, /tmp and the folders named in MUSTER_ROOT_BINDS (colon-separated) at the
-# same paths, /etc/hosts copied, the working directory kept. The root shares the host's
-# network, so ranks in it reach launch's store on loopback. Usage: in_root.sh ROOT CMD [ARG...]
+# same paths, the host's /etc/hosts over the root's (bound read-only in this namespace: nothing
+# is written into the root, which other tests use at the same moment), the working directory
+# kept. The root shares the host's network, so ranks in it reach launch's store on loopback.
+# Usage: in_root.sh ROOT CMD [ARG...]
 set -euo pipefail
 root=$1
 shift
@@ -20,6 +22,7 @@ exec unshare --mount --propagation private /bin/bash -c '
     mkdir -p "$root$dir"
     mount --bind "$dir" "$root$dir"
   done
-  cp /etc/hosts "$root/etc/hosts"
+  # torch_root.sh made the file when it made the root: a bind needs a file to cover.
+  mount --bind -o ro /etc/hosts "$root/etc/hosts"
   exec chroot "$root" /bin/sh -c "cd \"\$0\" 2>/dev/null || cd /; exec \"\$@\"" "$cwd" "$@"
 ' _ "$root" "$PWD" "$@"

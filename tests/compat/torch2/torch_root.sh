@@ -5,8 +5,9 @@
 #
 # The root's tarball (mmdebstrap, python3-torch, python3-numpy, procps; ~1.2 GB) is cached in
 # $MUSTER_TEST_CACHE (default /var/cache/muster-test) and made again after a week, or when it
-# does not unpack; it is unpacked once into BUILD/torch-roots/SUITE, with classic_tcpstore.py
-# in the root's sitecustomize (Debian's torch has no libuv). Needs root and the Debian mirror.
+# does not unpack; each tarball is unpacked once into BUILD/torch-roots/SUITE.<its mtime>, with
+# classic_tcpstore.py in the root's sitecustomize (Debian's torch has no libuv) and an
+# /etc/hosts for in_root.sh to bind the host's over. Needs root and the Debian mirror.
 # Exit 77: skipped (not root, no mmdebstrap).
 set -euo pipefail
 # No descriptor but stdin, stdout and stderr reaches what this runs (mmdebstrap's hooks).
@@ -31,8 +32,6 @@ if [ "${MUSTER_TORCH_ROOT_LOCKED:-}" != "$build:$cache:$suite" ]; then
     flock -o "$build/torch-roots/$suite.lock" "$0" "$@"
 fi
 tarball=$cache/torch-$suite.tar
-root=$build/torch-roots/$suite
-stamp=$root.ready
 fresh() { [ -s "$tarball" ] && [ -z "$(find "$tarball" -mtime +7)" ]; }
 make_tarball() {
   say "making a Debian $suite root with python3-torch (about a minute, 1.2 GB)"
@@ -50,25 +49,38 @@ make_tarball() {
     fail "mmdebstrap could not make a Debian $suite root"
   fi
 }
+# Each tarball unpacks into a folder of its own, named by the tarball's time: a root is never
+# changed or removed under a test that runs in it. A new one replaces the older ones but the
+# last (a test that started in it may still run; roots are made again a week apart at most).
+unpack() {
+  root=$build/torch-roots/$suite.$(stat -c %Y "$tarball")
+  [ -e "$root.ready" ] && return 0
+  local keep old
+  keep=$(ls -1 "$build/torch-roots" | grep -E "^$suite\.[0-9]+\.ready\$" | sort -t. -k2 -n | tail -1)
+  for old in "$build/torch-roots/$suite" "$build/torch-roots/$suite".[0-9]*; do
+    case $old in *.ready | *.log) continue ;; esac
+    [ -d "$old" ] || continue
+    [ "$(basename "$old").ready" = "$keep" ] && continue
+    rm -rf "$old" "$old.ready"
+  done
+  mkdir -p "$root"
+  tar -xf "$tarball" -C "$root" 2>"$root.tar.log" || return 1
+  rm -f "$root.tar.log"
+  local python
+  python=$(cd "$root/etc" && ls -d python3.* | sort -V | tail -1)
+  [ -n "$python" ] || fail "no /etc/python3.X in the $suite root"
+  # Debian's /usr/lib/python3.X/sitecustomize.py links to /etc/python3.X/sitecustomize.py.
+  cat "$here/classic_tcpstore.py" >>"$root/etc/$python/sitecustomize.py"
+  # in_root.sh binds the host's /etc/hosts over this file, read-only: it must be there.
+  [ -e "$root/etc/hosts" ] || : >"$root/etc/hosts"
+  touch "$root.ready"
+}
 fresh || make_tarball
-if [ -e "$stamp" ] && [ "$stamp" -nt "$tarball" ]; then
-  echo "$root"
-  exit 0
-fi
-rm -rf "$root" "$stamp"
-mkdir -p "$root"
-if ! tar -xf "$tarball" -C "$root" 2>"$root.tar.log"; then
+if ! unpack; then
   say "the cached $tarball does not unpack ($(head -1 "$root.tar.log")); making it again"
-  rm -rf "$root" "$tarball"
+  rm -rf "$root" "$root.tar.log" "$tarball"
   make_tarball
   [ -s "$tarball" ] || fail "no $suite root to unpack"
-  mkdir -p "$root"
-  tar -xf "$tarball" -C "$root"
+  unpack || fail "the $suite root made just now does not unpack: $(head -1 "$root.tar.log")"
 fi
-rm -f "$root.tar.log"
-python=$(cd "$root/etc" && ls -d python3.* | sort -V | tail -1)
-[ -n "$python" ] || fail "no /etc/python3.X in the $suite root"
-# Debian's /usr/lib/python3.X/sitecustomize.py links to /etc/python3.X/sitecustomize.py.
-cat "$here/classic_tcpstore.py" >>"$root/etc/$python/sitecustomize.py"
-touch "$stamp"
 echo "$root"
