@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The demo: set up, build, then train DocNN on 2 ranks under launch (worker train, bundled
-# generated SST-format data), decode the test set on 2 ranks (worker decode, and the Python
-# example examples/decode.py through muster's channel), and show how a failing rank is reported. Well under a minute on 2 cores once built.
+# The demo: set up only what it needs (deploy/setup.sh --demo), build its four programs, then
+# train DocNN on 2 ranks under launch (worker train, bundled generated SST-format data), decode
+# the test set on 2 ranks (worker decode, and the Python example examples/decode.py through
+# muster's channel), and show how a failing rank is reported. Well under a minute on 2 cores
+# once built.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-"$root/deploy/setup.sh" "$@"
+"$root/deploy/setup.sh" --demo "$@"
 build=${MUSTER_BUILD_DIR:-$root/build}
 launch=$build/launcher/launch
 worker=$build/worker/worker
