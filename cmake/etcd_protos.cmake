@@ -32,8 +32,8 @@ function(muster_unpack_etcd_protos dir)
   file(MAKE_DIRECTORY "${partial}")
   execute_process(COMMAND "${MUSTER_DPKG_DEB}" --fsys-tarfile "${deb}"
                   COMMAND "${MUSTER_TAR}" -x -C "${partial}" --wildcards "*.proto"
-                  RESULT_VARIABLE failed ERROR_VARIABLE err)
-  if(failed)
+                  RESULTS_VARIABLE results ERROR_VARIABLE err)
+  if(NOT results STREQUAL "0;0")
     string(STRIP "${err}" err)
     message(FATAL_ERROR "unpacking ${deb} failed (${err}): ${how}")
   endif()

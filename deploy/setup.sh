@@ -39,12 +39,16 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+elif ! dpkg-query -W -f='${Status}' golang-etcd-server-dev 2>/dev/null | grep -q "install ok installed" &&
+  ! apt-cache show golang-etcd-server-dev >/dev/null 2>&1; then
+  # The build fetches etcd's .proto files with apt-get download: it needs the package lists.
+  $sudo apt-get update -q
 fi
 
 if ((demo)); then

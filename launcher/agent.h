@@ -174,6 +174,9 @@ class Agent {
   // A watch's UNKNOWN end that came while this node's success report was out: its answer
   // decides (onReported).
   std::optional<muster::v1::RoundEvent> heldEnd_;
+  // The round's end was taken (from the watch, the report's answer or the watch's error):
+  // whatever says it again is not acted on twice (two restarts for one failure).
+  bool endTaken_ = false;
   bool standaloneService_ = false;  // the rendezvous is a rendezvousd (it may restart)
   bool failureAnnounced_ = false;   // "the job failed: ..." is printed
   // Why the group was stopped from outside: another node's failure, loss or arrival, or the

@@ -155,6 +155,7 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   if (!a.store_endpoint().empty()) endpoint_ = a.store_endpoint();
   localDone_ = false;
   heldEnd_.reset();
+  endTaken_ = false;
   remote_ = Remote::kNone;
   emitRendezvousEvents(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - joinStarted_).count());
@@ -235,15 +236,15 @@ void Agent::onReported(const std::optional<muster::v1::RoundEvent>& ended) {
   // over an end the watch could not say (heldEnd_); a job that succeeded is a success whatever
   // a later call meets.
   std::optional<muster::v1::RoundEvent> held = std::exchange(heldEnd_, std::nullopt);
-  if (ended && ended->round() == at_.round) {
-    onRemoteEvent(*ended);
+  if (ended && ended->round() == at_.round && ended->kind() != muster::v1::RoundEvent::UNKNOWN) {
+    onRemoteEvent(*ended);  // the watch's own report of this end, if it comes too, is not taken again
   } else if (held) {
     onRemoteEvent(*held);
   }
 }
 
 void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
-  if (stopping_ == Stopping::kDone || e.round() != at_.round) return;
+  if (stopping_ == Stopping::kDone || e.round() != at_.round || endTaken_) return;
   using K = muster::v1::RoundEvent;
   if (e.kind() == K::UNKNOWN && localDone_ && rdzv_->pendingReports() > 0) {
     // The round ended before the service took this node's watch, and it no longer says how;
@@ -251,6 +252,8 @@ void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
     heldEnd_ = e;
     return;
   }
+  // One end a round: the watch and the answer to this node's report can both say it.
+  endTaken_ = true;
   if (e.kind() == K::JOB_SUCCEEDED) {
     rdzv_->stopWatch();
     logger()->info("every node succeeded");
@@ -296,7 +299,8 @@ void Agent::stopForRemote() {
 }
 
 void Agent::onRemoteError(const std::string& why) {
-  if (stopping_ == Stopping::kDone) return;
+  if (stopping_ == Stopping::kDone || endTaken_) return;
+  endTaken_ = true;
   remote_ = Remote::kGone;
   remoteWhy_ = why;
   stopForRemote();

@@ -67,10 +67,18 @@ std::string randomHex(size_t bytes) {
 }
 
 absl::StatusOr<std::string> makeRuntimeDir(const std::map<std::string, std::string>& env) {
-  std::string dir = makeTempDir(tempRoot(env), "muster-launch-");  // mkdtemp: mode 0700
+  // $TMPDIR, made absolute (the ranks may change directory); /tmp when $TMPDIR cannot take it
+  // (a scheduler's per-job TMPDIR not made yet): a job that never asked for a temporary folder
+  // does not fail for want of one.
+  std::error_code ec;
+  std::string first = fs::absolute(tempRoot(env), ec).string();
+  if (ec) first = tempRoot(env);
+  std::string dir = makeTempDir(first, "muster-launch-");  // mkdtemp: mode 0700
+  int firstErrno = errno;
+  if (dir.empty() && first != "/tmp") dir = makeTempDir("/tmp", "muster-launch-");
   if (dir.empty()) {
-    return absl::InternalError(fmt::format("cannot create launch's runtime folder under '{}': {}",
-                                           tempRoot(env), strerror(errno)));
+    return absl::InternalError(fmt::format("cannot create launch's runtime folder under '{}' ({}) or /tmp: {}",
+                                           first, strerror(firstErrno), strerror(errno)));
   }
   return dir;
 }

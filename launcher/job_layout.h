@@ -45,8 +45,8 @@ struct JobLayout {
 };
 
 // launch's private runtime folder, made before anything else of the job (the orphan guard is
-// told of it when it starts): $TMPDIR/muster-launch-XXXXXX, mode 0700. INTERNAL when it cannot
-// be made.
+// told of it when it starts): $TMPDIR/muster-launch-XXXXXX (absolute; /tmp when $TMPDIR cannot
+// take it), mode 0700. INTERNAL when neither can.
 absl::StatusOr<std::string> makeRuntimeDir(const std::map<std::string, std::string>& env);
 
 // Makes the directories and writes the token file into `runtimeDir` (makeRuntimeDir's), which

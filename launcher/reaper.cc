@@ -22,16 +22,26 @@ namespace muster::launcher {
 namespace {
 
 // Removes everything under the folder open at `dirFd` (which it closes), depth first, with
-// system calls only (getdents64, unlinkat): async-signal-safe, no allocation. Returns false
-// when something could not be removed (a file a dying worker made meanwhile: the caller tries
-// again). Folders deeper than `depth` are left.
+// system calls only (getdents64, unlinkat): async-signal-safe, no allocation. Reads the folder to
+// its end, then again from its start while a pass removed something (at most 64 passes: a
+// writer that keeps making files does not hold the guard). Returns false when something could
+// not be removed (a file a dying worker made meanwhile: the caller tries again). Folders deeper
+// than `depth` are left.
 bool removeContents(int dirFd, int depth) {
   bool all = true;
   alignas(8) char buf[4096];
-  while (true) {
+  bool removed = false;
+  for (int pass = 0; pass < 64;) {
     long got = syscall(SYS_getdents64, dirFd, buf, sizeof(buf));
-    if (got <= 0) break;
-    bool removed = false;
+    if (got <= 0) {
+      // The end of this pass: again from the start only if it removed something.
+      if (got < 0 || !removed) break;
+      removed = false;
+      all = true;
+      ++pass;
+      lseek(dirFd, 0, SEEK_SET);
+      continue;
+    }
     for (long off = 0; off < got;) {
       auto* entry = reinterpret_cast<struct dirent64*>(buf + off);
       off += entry->d_reclen;
@@ -52,10 +62,6 @@ bool removeContents(int dirFd, int depth) {
         removed = true;
       }
     }
-    // Entries were removed while reading: read the folder again from its start, until a pass
-    // finds nothing to remove (only "." and "..", or what cannot go).
-    if (!all || !removed) break;
-    lseek(dirFd, 0, SEEK_SET);
   }
   close(dirFd);
   return all;

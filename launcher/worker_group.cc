@@ -263,7 +263,10 @@ absl::Status WorkerGroup::startOne(WorkerSpec spec) {
     }
     p->prefix = w.spec.prefix;
     const std::string& filtered = isErr ? w.spec.filteredStderrFile : w.spec.filteredStdoutFile;
-    if (!filtered.empty()) {
+    const auto& filters = isErr ? w.spec.stderrFilters : w.spec.stdoutFilters;
+    // A rank with no filters for this stream (not shown, not tee'd) has nothing to write there
+    // (makeRankDirectories made the file), and must not count as its reader (unwanted()).
+    if (!filtered.empty() && !filters.empty()) {
       auto& shared = filtered_[filtered];
       if (!shared) {
         shared = std::shared_ptr<int>(new int(openLog(filtered)), [](int* f) {
@@ -273,7 +276,7 @@ absl::Status WorkerGroup::startOne(WorkerSpec spec) {
         if (*shared < 0) logLost(filtered, errno, 0);
       }
       p->filteredFd = shared;
-      p->filters = isErr ? &w.spec.stderrFilters : &w.spec.stdoutFilters;
+      p->filters = &filters;
     }
     ++w.openStreams;
     pumps_.push_back(p);

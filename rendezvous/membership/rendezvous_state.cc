@@ -123,6 +123,13 @@ RendezvousState::Stats RendezvousState::stats() const {
 
 void RendezvousState::forgetDue(Actions& actions) {
   auto now = Clock::now();
+  while (!endsByAge_.empty() && (endsByAge_.front().first <= now || endsByAge_.size() > retention_.maxRuns)) {
+    auto [until, runId] = std::move(endsByAge_.front());
+    endsByAge_.pop_front();
+    if (auto e = forgottenEnds_.find(runId); e != forgottenEnds_.end() && e->second.until == until) {
+      forgottenEnds_.erase(e);
+    }
+  }
   auto forgot = [&](const std::string& runId) {
     ++counts_.runsForgotten;
     if (onForget_) actions.push_back([hook = onForget_, runId] { hook(runId); });
@@ -132,6 +139,9 @@ void RendezvousState::forgetDue(Actions& actions) {
     Retention r = std::move(retentions_.front());
     retentions_.pop_front();
     if (auto f = finished_.find(r.runId); f != finished_.end() && f->second.seq == r.seq) {
+      auto until = now + kEndGrace;
+      forgottenEnds_[r.runId] = {until, f->second.end};
+      endsByAge_.emplace_back(until, r.runId);
       finished_.erase(f);
       forgot(r.runId);
       logger()->debug("forgot finished run '{}'; its id may start a new run", r.runId);
@@ -449,9 +459,12 @@ std::optional<pb::RoundEvent> RendezvousState::endOf(const std::string& runId, u
   if (auto it = runs_.find(runId); it != runs_.end()) {
     const Run& run = it->second;
     if (run.lastEnd && run.lastEnd->round() == round && !(run.running && run.round == round)) return run.lastEnd;
-  } else if (auto f = finished_.find(runId); f != finished_.end() && f->second.end.round() == round &&
-                                             f->second.end.kind() != pb::RoundEvent::UNKNOWN) {
-    return f->second.end;
+  } else if (auto f = finished_.find(runId); f != finished_.end()) {
+    if (f->second.end.round() == round && f->second.end.kind() != pb::RoundEvent::UNKNOWN) return f->second.end;
+  } else if (auto g = forgottenEnds_.find(runId); g != forgottenEnds_.end() && g->second.until > Clock::now() &&
+                                                 g->second.end.round() == round &&
+                                                 g->second.end.kind() != pb::RoundEvent::UNKNOWN) {
+    return g->second.end;
   }
   return std::nullopt;
 }

@@ -207,6 +207,17 @@ class RendezvousState {
   RunRetention retention_;
   std::map<std::string, Run> runs_;
   std::map<std::string, FinishedRun> finished_;
+  // The end of a finished run forgotten less than kEndGrace ago, by run id, oldest first in
+  // endsByAge_: a node's late watch or report still learns how its round ended when the ttl
+  // is shorter than the time between the nodes' last calls (--finished-run-ttl 0). At most
+  // maxRuns of them.
+  static constexpr Millis kEndGrace{60000};
+  struct ForgottenEnd {
+    Clock::time_point until;
+    pb::RoundEvent end;
+  };
+  std::map<std::string, ForgottenEnd> forgottenEnds_;
+  std::deque<std::pair<Clock::time_point, std::string>> endsByAge_;
   std::deque<Retention> retentions_;  // in time order: the retention time is the same for all
   uint64_t retentionSeq_ = 0;
   std::map<uint64_t, std::string> joinRuns_;     // join id -> run

@@ -278,14 +278,33 @@ TEST(LateCalls, AWatchAfterAnotherNodesFailureGetsThatFailure) {
   EXPECT_EQ(mine->ended().kind(), pb::RoundEvent::NODE_FAILED);
 }
 
-TEST(LateCalls, AReportOfARunForgottenIsNotFound) {
-  RendezvousState state({.ttl = Millis(100), .maxRuns = 100});
-  runOneJob(state, "gone");
-  ASSERT_TRUE(awaitRunCount(state, 0));
-  auto late = state.report(reportOf("gone", "n1", 0, true));
-  EXPECT_EQ(late.status().code(), absl::StatusCode::kNotFound) << late.status();
-  auto watch = watchNow(state, "gone", "n1", 0);
-  EXPECT_EQ(watch.status().code(), absl::StatusCode::kNotFound) << watch.status();
+// Two nodes, a ttl shorter than the time between their last calls: a's success report is
+// answered while b still runs, b's ends the run, the run is forgotten, and only then does the
+// service take a's watch. Its round's end is still known (for a minute), not NOT_FOUND.
+TEST(LateCalls, ARunForgottenStillSaysHowItsRoundEnded) {
+  RendezvousState state({.ttl = Millis(1), .maxRuns = 100});
+  auto a = startJoin(state, joinRequest("quick", "a", 2));
+  auto b = startJoin(state, joinRequest("quick", "b", 2));
+  auto ra = a->get(), rb = b->get();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  auto first = state.report(reportOf("quick", "a", ra->round(), true));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_FALSE(first->has_ended()) << "b still runs";
+  ASSERT_TRUE(state.report(reportOf("quick", "b", rb->round(), true)).ok());
+  ASSERT_TRUE(awaitRunCount(state, 0)) << "the finished run was never forgotten";
+  auto late = watchNow(state, "quick", "a", ra->round());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  auto again = state.report(reportOf("quick", "a", ra->round(), true));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->ended().kind(), pb::RoundEvent::JOB_SUCCEEDED);
+  // Its id starts a new run all the same, whose rounds are its own.
+  auto next = joinNow(state, joinRequest("quick", "c", 1));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(watchNow(state, "quick", "a", ra->round() + 5).status().code(), absl::StatusCode::kNotFound);
+  // A run never seen is not found.
+  EXPECT_EQ(state.report(reportOf("never", "n1", 0, true)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(watchNow(state, "never", "n1", 0).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(Joins, ARefusedFirstJoinLeavesNoRunBehind) {

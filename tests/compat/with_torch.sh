@@ -26,8 +26,9 @@ else
   rc=0
   root=$("$here/torch2/torch_root.sh" "$build" "$suite") || rc=$?
   [ $rc -eq 0 ] || exit $rc
-  # The wrapper lives in the build tree, which the root sees at the same path.
-  wrap=$build/torch-roots/$suite-python
+  # The wrapper lives in the build tree, which the root sees at the same path; one a root (a test
+  # that started in an older root keeps its torch when a newer one is made).
+  wrap=$root-python
   # The root's python3 by its full name, as torchrun's sys.executable names it to the ranks.
   want=$(printf '#!/bin/sh\nexec "%s" "%s" /usr/bin/python3 "$@"' "$here/torch2/in_root.sh" "$root")
   if [ ! -x "$wrap" ] || [ "$(cat "$wrap")" != "$want" ]; then

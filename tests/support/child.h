@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -106,7 +108,7 @@ inline bool awaitPath(const std::filesystem::path& path, std::chrono::millisecon
 }
 
 // A port for a program that binds it later (torchrun's --master_port, etcd's, a restarted
-// rendezvousd's), that no other test gets while this process lives: from a band below the
+// rendezvousd's), that no other test gets while this process lives: from a band outside the
 // kernel's ephemeral range (which bind(0) and connect() never hand out), held by an flock on a
 // file all tests share, as tests/support/ports.py does for the Python tests. Nothing listens on
 // it on any address when it is handed out. A port from bind(0) would be free only at the moment
@@ -136,8 +138,19 @@ inline bool bindableEverywhere(int port) {
   return true;
 }
 
+// [first, end) outside the kernel's ephemeral range: below it from 20000 (Debian's starts at
+// 32768), else above it; tests/support/ports.py's band() reads the same.
+inline std::pair<int, int> portBand() {
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> low >> high;
+  if (std::min(low, 32000) - 20000 >= 1000) return {20000, std::min(low, 32000)};
+  if (65535 - high >= 1000) return {high + 1, 65536};
+  return {20000, 32000};
+}
+
 inline int freePort() {
-  constexpr int kFirst = 20000, kEnd = 32000;  // below 32768, the ephemeral range's usual start
+  auto [kFirst, kEnd] = portBand();
   const char* locks = "/tmp/muster-test-ports";
   if (mkdir(locks, 01777) == 0) chmod(locks, 01777);  // any user's tests share it
   std::random_device seed;

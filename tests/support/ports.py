@@ -6,8 +6,8 @@ bind(0) or connect() of any test running beside this one, and torchrun binds sec
 These come from a band below the kernel's ephemeral range (net.ipv4.ip_local_port_range), which
 bind(0) and connect() never hand out, and each is held by an flock on a file in a folder all
 tests share (tests/support/child.h's freePort() takes the same locks), released when this
-process exits. Usage as a script: ports.py prints one port (held only while the script runs:
-for a shell test that holds the lock itself, see reserve_port_shell in package_image_test.sh).
+process exits. Usage as a script: ports.py prints one port, from the band, held only while the
+script runs (a shell test then relies on the band and the random pick).
 """
 import fcntl
 import os
@@ -15,8 +15,22 @@ import random
 import socket
 
 LOCKS = "/tmp/muster-test-ports"
-BAND = (20000, 32000)  # below 32768, the ephemeral range's usual start
 _held = []  # lock files kept open: a port stays ours until the process ends
+
+
+def band():
+    """[first, end) outside the kernel's ephemeral range: below it from 20000 (Debian's range
+    starts at 32768), else above it; child.h's freePort() reads the same."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if min(low, 32000) - 20000 >= 1000:
+        return 20000, min(low, 32000)
+    if 65535 - high >= 1000:
+        return high + 1, 65536
+    return 20000, 32000
 
 
 def _bindable(port):
@@ -45,8 +59,9 @@ def reserve_port():
     except FileExistsError:
         pass
     rng = random.Random()
+    first, end = band()
     for _ in range(1000):
-        port = rng.randrange(*BAND)
+        port = rng.randrange(first, end)
         fd = os.open(os.path.join(LOCKS, f"{port}.lock"), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -57,7 +72,7 @@ def reserve_port():
             _held.append(fd)
             return port
         os.close(fd)
-    raise RuntimeError(f"no free port in {BAND[0]}-{BAND[1]} after 1000 tries")
+    raise RuntimeError(f"no free port in {first}-{end - 1} after 1000 tries")
 
 
 if __name__ == "__main__":

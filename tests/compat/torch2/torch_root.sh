@@ -55,25 +55,26 @@ make_tarball() {
 unpack() {
   root=$build/torch-roots/$suite.$(stat -c %Y "$tarball")
   [ -e "$root.ready" ] && return 0
+  # (Called in an if: set -e does not hold inside, so each step says when it failed.)
   local keep old
-  keep=$(ls -1 "$build/torch-roots" | grep -E "^$suite\.[0-9]+\.ready\$" | sort -t. -k2 -n | tail -1)
+  keep=$(ls -1 "$build/torch-roots" | grep -E "^$suite\.[0-9]+\.ready\$" | sort -t. -k2 -n | tail -1) || true
   for old in "$build/torch-roots/$suite" "$build/torch-roots/$suite".[0-9]*; do
-    case $old in *.ready | *.log) continue ;; esac
+    case $old in *.ready | *.log | *-python) continue ;; esac
     [ -d "$old" ] || continue
     [ "$(basename "$old").ready" = "$keep" ] && continue
-    rm -rf "$old" "$old.ready"
+    rm -rf "$old" "$old.ready" "$old-python" || return 1
   done
-  mkdir -p "$root"
+  mkdir -p "$root" || return 1
   tar -xf "$tarball" -C "$root" 2>"$root.tar.log" || return 1
   rm -f "$root.tar.log"
   local python
   python=$(cd "$root/etc" && ls -d python3.* | sort -V | tail -1)
   [ -n "$python" ] || fail "no /etc/python3.X in the $suite root"
   # Debian's /usr/lib/python3.X/sitecustomize.py links to /etc/python3.X/sitecustomize.py.
-  cat "$here/classic_tcpstore.py" >>"$root/etc/$python/sitecustomize.py"
+  cat "$here/classic_tcpstore.py" >>"$root/etc/$python/sitecustomize.py" || fail "cannot extend the $suite root's sitecustomize"
   # in_root.sh binds the host's /etc/hosts over this file, read-only: it must be there.
-  [ -e "$root/etc/hosts" ] || : >"$root/etc/hosts"
-  touch "$root.ready"
+  [ -e "$root/etc/hosts" ] || : >"$root/etc/hosts" || fail "cannot make the $suite root's /etc/hosts"
+  touch "$root.ready" || return 1
 }
 fresh || make_tarball
 if ! unpack; then
