@@ -125,6 +125,15 @@ std::unique_ptr<Joining> startJoin(RendezvousState& state, const pb::JoinRequest
   return j;
 }
 
+// Nodes a and b join run `runId` of two nodes: their assignments, a's then b's.
+std::pair<absl::StatusOr<pb::Assignment>, absl::StatusOr<pb::Assignment>> twoNodes(RendezvousState& state,
+                                                                                   const std::string& runId) {
+  auto a = startJoin(state, joinRequest(runId, "a", 2));
+  auto b = startJoin(state, joinRequest(runId, "b", 2));
+  auto ra = a->get();
+  return {std::move(ra), b->get()};
+}
+
 TEST(Joins, ANodeJoiningAgainSupersedesItsEarlierJoin) {
   RendezvousState state;
   auto first = startJoin(state, joinRequest("sup", "a", 2));
@@ -200,9 +209,7 @@ TEST(Timer, AnEarlierDeadlineWakesTheTimerAsleepUntilALaterOne) {
 
 TEST(Reports, TheJobSucceedsWhenEveryNodeHasReportedOnce) {
   RendezvousState state;
-  auto a = startJoin(state, joinRequest("all", "a", 2));
-  auto b = startJoin(state, joinRequest("all", "b", 2));
-  auto ra = a->get(), rb = b->get();
+  auto [ra, rb] = twoNodes(state, "all");
   ASSERT_TRUE(ra.ok() && rb.ok());
   ASSERT_TRUE(state.report(reportOf("all", "a", ra->round(), true)).ok());
   ASSERT_TRUE(state.report(reportOf("all", "a", ra->round(), true)).ok());  // the same node twice counts once
@@ -261,9 +268,7 @@ TEST(LateCalls, AWatchAfterTheLastReportGetsTheJobsSuccess) {
 
 TEST(LateCalls, AWatchAfterAnotherNodesFailureGetsThatFailure) {
   RendezvousState state;
-  auto a = startJoin(state, joinRequest("f", "a", 2));
-  auto b = startJoin(state, joinRequest("f", "b", 2));
-  auto ra = a->get(), rb = b->get();
+  auto [ra, rb] = twoNodes(state, "f");
   ASSERT_TRUE(ra.ok() && rb.ok());
   auto failed = state.report(reportOf("f", "b", rb->round(), false, "rank 3 exited with 1"));
   ASSERT_TRUE(failed.ok()) << failed.status();
@@ -283,9 +288,7 @@ TEST(LateCalls, AWatchAfterAnotherNodesFailureGetsThatFailure) {
 // service take a's watch. Its round's end is still known (for a minute), not NOT_FOUND.
 TEST(LateCalls, ARunForgottenStillSaysHowItsRoundEnded) {
   RendezvousState state({.ttl = Millis(1), .maxRuns = 100});
-  auto a = startJoin(state, joinRequest("quick", "a", 2));
-  auto b = startJoin(state, joinRequest("quick", "b", 2));
-  auto ra = a->get(), rb = b->get();
+  auto [ra, rb] = twoNodes(state, "quick");
   ASSERT_TRUE(ra.ok() && rb.ok());
   auto first = state.report(reportOf("quick", "a", ra->round(), true));
   ASSERT_TRUE(first.ok()) << first.status();
