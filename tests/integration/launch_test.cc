@@ -755,8 +755,20 @@ struct BadLaunch {
 class LaunchRejects : public ::testing::TestWithParam<BadLaunch> {};
 
 TEST_P(LaunchRejects, OneLineExitTwoAndNothingStarts) {
-  // A plain data file stands for "not executable" ("DATA" in the parameters).
-  fs::path data = fs::temp_directory_path() / ("muster-data-" + std::to_string(getpid()));
+  // A plain data file stands for "not executable" ("DATA" in the parameters), in a folder of
+  // this test's own that goes with it.
+  struct Folder {
+    fs::path path = [] {
+      std::string name = (fs::temp_directory_path() / "muster-rejects-XXXXXX").string();
+      return fs::path(mkdtemp(name.data()) ? name : "");
+    }();
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } folder;
+  ASSERT_FALSE(folder.path.empty()) << "mkdtemp: " << strerror(errno);
+  fs::path data = folder.path / "data";
   std::ofstream(data) << "not a program\n";
   chmod(data.c_str(), 0644);
   std::vector<std::string> argv{launchPath()};
