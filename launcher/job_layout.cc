@@ -127,8 +127,13 @@ absl::StatusOr<JobLayout> makeJobLayout(const LaunchOptions& options,
     // Across nodes a per-job temporary directory would be local to each node: the workers get
     // none, and the channel's create() says to give --shared_dir (a DDP script never asks).
   } else if (options.sharedDir.empty()) {
-    l.sharedDir = makeTempDir(tempRoot(env), "muster-shared-");
-    if (l.sharedDir.empty()) return absl::InternalError("cannot create a shared directory");
+    // In launch's runtime folder: it goes with launch, after a SIGKILL too (the orphan guard).
+    std::error_code ec;
+    l.sharedDir = runtimeDir.empty() ? makeTempDir(tempRoot(env), "muster-shared-")
+                                     : (fs::path(runtimeDir) / "shared").string();
+    if (l.sharedDir.empty() || (!runtimeDir.empty() && !fs::create_directory(l.sharedDir, ec))) {
+      return absl::InternalError("cannot create a shared directory");
+    }
     l.ownSharedDir = true;
   } else {
     l.sharedDir = options.sharedDir;

@@ -27,8 +27,8 @@ struct JobLayout {
   // files only (a log folder is copied into bug reports and buckets: no secret may be there).
   // Removed when launch ends, and by the orphan guard when launch is killed.
   std::string runtimeDir;
-  // The channel's directory: --shared_dir, a temporary one (one node), or "" (several nodes
-  // without --shared_dir: the workers get none).
+  // The channel's directory: --shared_dir, a temporary one in the runtime folder (one node), or
+  // "" (several nodes without --shared_dir: the workers get none).
   std::string sharedDir;
   bool ownSharedDir = false;
   // The store's token, and the file (mode 0600, in the runtime folder) the workers read it

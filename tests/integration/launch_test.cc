@@ -301,7 +301,8 @@ TEST_F(LaunchTest, TheLogFolderHoldsOnlyTheRanksLogsAndNoSecret) {
 
 TEST_F(LaunchTest, KillMinusNineOfLaunchRemovesItsRuntimeFolder) {
   std::string where = (dir_ / "where_").string() + "$RANK";
-  std::string body = "echo \"$MUSTER_STORE_TOKEN_FILE\" > " + where + ".tmp && mv " + where + ".tmp " + where +
+  std::string body = "echo \"$MUSTER_SHARED_DIR\" > " + (dir_ / "shared_").string() + "$RANK\n"
+                     "echo \"$MUSTER_STORE_TOKEN_FILE\" > " + where + ".tmp && mv " + where + ".tmp " + where +
                      "\nexec sleep 300\n";
   Child c(launch({"--nproc_per_node=2", script("wait.sh", body)}));
   ASSERT_TRUE(awaitFiles("where_", 2));
@@ -315,6 +316,11 @@ TEST_F(LaunchTest, KillMinusNineOfLaunchRemovesItsRuntimeFolder) {
   auto deadline = std::chrono::steady_clock::now() + milliseconds(10000);
   while (fs::exists(runtime) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_FALSE(fs::exists(runtime)) << runtime << " outlived launch's SIGKILL";
+  // The job's temporary shared directory (no --shared_dir) was in it.
+  std::string shared = read("shared_0");
+  shared.erase(shared.find_last_not_of('\n') + 1);
+  EXPECT_EQ(fs::path(shared).parent_path(), runtime);
+  EXPECT_FALSE(fs::exists(shared)) << shared << " outlived launch's SIGKILL";
 }
 
 TEST_F(LaunchTest, SigtermIsForwardedAndLaunchExitsNonZero) {
