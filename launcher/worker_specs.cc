@@ -178,7 +178,7 @@ absl::Status makeRankDirectories(const std::vector<WorkerSpec>& specs) {
     // Made here, not only by a stream that writes to them: a rank whose stream is not read
     // (not tee'd) still has torchrun's empty file.
     for (const auto* filtered : {&spec.filteredStdoutFile, &spec.filteredStderrFile}) {
-      if (!filtered->empty() && !fs::exists(*filtered)) std::ofstream(*filtered, std::ios::app);
+      if (!filtered->empty()) std::ofstream(*filtered, std::ios::app);  // app: made, never emptied
     }
     // A round number can come again (a restarted rendezvousd): its roll-call file starts empty.
     if (!spec.stacksFile.empty()) {
