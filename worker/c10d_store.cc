@@ -41,6 +41,10 @@ Deadline after(std::chrono::milliseconds timeout) {
 C10dStore::C10dStore(std::shared_ptr<rendezvous::Store> store, std::chrono::milliseconds timeout)
     : c10d::Store(timeout), store_(std::move(store)) {}
 
+c10::intrusive_ptr<c10d::Store> C10dStore::clone() {
+  return c10::make_intrusive<C10dStore>(store_, timeout_);
+}
+
 void C10dStore::set(const std::string& k, const std::vector<uint8_t>& value) {
   orThrow(store_->set(key(k), text(value)));
 }

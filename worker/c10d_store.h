@@ -29,6 +29,10 @@ class C10dStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
+  // A second handle on the same store (LibTorch 2.x's Store::clone, which c10d calls to give a
+  // thread a store of its own; declared without `override` so that 1.x, which has none, builds).
+  c10::intrusive_ptr<c10d::Store> clone();  // NOLINT(modernize-use-override)
+
   rendezvous::Store& store() { return *store_; }
 
  private:

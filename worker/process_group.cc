@@ -1,10 +1,16 @@
-// createProcessGroup: store, arrival, ProcessGroupGloo.
+// createProcessGroup: store, arrival, ProcessGroupGloo or ProcessGroupNCCL.
 #include "worker/process_group.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/cuda.h>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "common/files.h"
 #include "common/log.h"
@@ -73,7 +79,7 @@ absl::Status awaitRanks(c10d::Store& store, const WorkerEnv& env, const std::str
   std::vector<std::string> keys;
   for (int r = 0; r < env.worldSize; ++r) keys.push_back(key(r));
   try {
-    store.set(key(env.rank), {1});
+    store.set(key(env.rank), std::vector<uint8_t>{1});
     store.wait(keys, timeout);
     return absl::OkStatus();
   } catch (const std::exception& e) {
@@ -96,13 +102,27 @@ absl::Status awaitRanks(c10d::Store& store, const WorkerEnv& env, const std::str
 absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOptions& options) {
   auto start = std::chrono::steady_clock::now();
   std::string backend = options.backend;
-  if (backend == "auto") backend = "gloo";  // this LibTorch has no CUDA: NCCL is NcclComm's
+  if (backend == "auto") backend = kHaveTorchNccl && torch::cuda::is_available() ? "nccl" : "gloo";
   if (backend == "nccl") {
+    if (!kHaveTorchNccl) {
+      return absl::InvalidArgumentError(
+          "backend nccl: this LibTorch was built without CUDA, so it has no ProcessGroupNCCL; use "
+          "muster::worker::NcclComm (nccl_check) for NCCL collectives, or gloo");
+    }
+    auto gpus = static_cast<int>(torch::cuda::device_count());
+    if (env.localRank >= gpus) {
+      return absl::FailedPreconditionError(fmt::format(
+          "backend nccl: local rank {} has no GPU of its own ({} visible); NCCL needs one rank a "
+          "GPU (launch --nproc_per_node=gpu starts one a GPU)",
+          env.localRank, gpus));
+    }
+  } else if (backend == "gloo") {
+#ifndef USE_C10D_GLOO
     return absl::InvalidArgumentError(
-        "backend nccl: this LibTorch was built without CUDA, so it has no ProcessGroupNCCL; use "
-        "muster::worker::NcclComm (worker --backend nccl) for NCCL collectives");
-  }
-  if (backend != "gloo") {
+        "backend gloo: this build has no ProcessGroupGloo (its LibTorch came without Gloo's "
+        "headers, as PyPI's wheels do); use nccl");
+#endif
+  } else {
     return absl::InvalidArgumentError(
         fmt::format("backend '{}' is unknown; expected gloo, nccl or auto", backend));
   }
@@ -113,29 +133,53 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
   group.backend = backend;
   group.store = *store;
   try {
-    auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    // One node: loopback needs no name resolution. Several: GLOO_SOCKET_IFNAME's interface,
-    // else the local address on the route to the master (which the other nodes reach; the
-    // host name PyTorch uses often resolves to 127.0.1.1 or not at all), else the host name.
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
-      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else if (env.localWorldSize == env.worldSize) {
-      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    } else if (std::string route = net::routeAddress(env.masterAddr, env.masterPort);
-               !route.empty() && !net::isLoopback(route)) {
-      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route));
-    } else {
-      gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("muster/pg/" + backend, *store);
+#ifdef USE_C10D_NCCL
+    if (backend == "nccl") {
+      auto nccl = c10d::ProcessGroupNCCL::Options::create();
+      nccl->timeout = options.timeout;
+      group.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.worldSize, nccl);
     }
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("muster/pg/gloo", *store);
-    group.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.worldSize, gloo);
+#endif
+#ifdef USE_C10D_GLOO
+    if (backend == "gloo") {
+      auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      // One node: loopback needs no name resolution. Several: GLOO_SOCKET_IFNAME's interface,
+      // else the local address on the route to the master (which the other nodes reach; the
+      // host name PyTorch uses often resolves to 127.0.1.1 or not at all), else the host name.
+      if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      } else if (env.localWorldSize == env.worldSize) {
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else if (std::string route = net::routeAddress(env.masterAddr, env.masterPort);
+                 !route.empty() && !net::isLoopback(route)) {
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route));
+      } else {
+        gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      group.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, env.rank, env.worldSize, gloo);
+    }
+#endif
   } catch (const std::exception& e) {
-    return absl::InternalError(fmt::format("building the Gloo group failed: {}", e.what()));
+    return absl::InternalError(fmt::format("building the {} group failed: {}", backend, e.what()));
   }
   group.initTime = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
-  logger()->debug("{}: gloo group ready in {} ms", env.describe(), group.initTime.count());
+  logger()->debug("{}: {} group ready in {} ms", env.describe(), backend, group.initTime.count());
   return group;
+}
+
+void closeGroup(Group& group) {
+#ifdef USE_C10D_NCCL
+  if (group.pg && group.backend == "nccl") {
+    try {
+      static_cast<c10d::ProcessGroupNCCL&>(*group.pg).shutdown();
+    } catch (const std::exception& e) {
+      logger()->warn("shutting the NCCL group down: {}", e.what());
+    }
+  }
+#endif
+  group.pg.reset();
 }
 
 }  // namespace muster::worker

@@ -1,7 +1,8 @@
-// runSelfCheck: Gloo through LibTorch, with exact expected values.
+// runSelfCheck: Gloo (or NCCL on the GPUs) through LibTorch, with exact expected values.
 #include "worker/self_check.h"
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -15,11 +16,20 @@ namespace {
 // Each rank reports "ok" or its error under this key; rank 0 reads them all.
 std::string reportKey(int rank) { return fmt::format("muster/selfcheck/{}", rank); }
 
-std::string checkCollectives(c10d::ProcessGroup& pg, const WorkerEnv& env,
+// The tensors of a check live where the backend works: NCCL on this local rank's GPU.
+torch::TensorOptions where(const std::string& backend, const WorkerEnv& env) {
+  auto o = torch::TensorOptions().dtype(torch::kFloat32);
+  if (backend != "nccl") return o;
+  auto gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
+  return o.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % gpus)));
+}
+
+std::string checkCollectives(Collectives& pg, const std::string& backend, const WorkerEnv& env,
                              const SelfCheckOptions& options) {
   int n = env.worldSize;
+  auto on = where(backend, env);
   // all_reduce: every rank contributes rank+1; the sum is n(n+1)/2, exact in float.
-  auto t = torch::full({options.elements}, static_cast<float>(env.rank + 1));
+  auto t = torch::full({options.elements}, static_cast<float>(env.rank + 1), on);
   std::vector<at::Tensor> tensors{t};
   pg.allreduce(tensors)->wait(options.timeout);
   float expected = static_cast<float>(n * (n + 1) / 2);
@@ -28,13 +38,13 @@ std::string checkCollectives(c10d::ProcessGroup& pg, const WorkerEnv& env,
   }
   // broadcast from the last rank: a rank-dependent pattern arrives intact everywhere.
   int root = n - 1;
-  auto b = env.rank == root ? torch::arange(options.elements, torch::kFloat32) * 3 + 1
-                            : torch::zeros({options.elements});
+  auto b = env.rank == root ? torch::arange(options.elements, on) * 3 + 1
+                            : torch::zeros({options.elements}, on);
   std::vector<at::Tensor> bt{b};
   c10d::BroadcastOptions bo;
   bo.rootRank = root;
   pg.broadcast(bt, bo)->wait(options.timeout);
-  if (!torch::equal(b, torch::arange(options.elements, torch::kFloat32) * 3 + 1)) {
+  if (!torch::equal(b, torch::arange(options.elements, on) * 3 + 1)) {
     return fmt::format("broadcast from rank {} did not arrive intact", root);
   }
   pg.barrier()->wait(options.timeout);
@@ -70,6 +80,7 @@ int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
                  std::string(group.status().message()).c_str());
     return 1;
   }
+  GroupCloser closer(*group);
   if (env.rank == options.failRank) {
     std::fprintf(stderr, "self-check %s: exiting with code 3 before the all-reduce (--fail-rank)\n",
                  env.describe().c_str());
@@ -78,7 +89,7 @@ int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
   }
   std::string problem;
   try {
-    problem = checkCollectives(*group->pg, env, options);
+    problem = checkCollectives(*group->pg, group->backend, env, options);
     if (problem.empty()) problem = checkChannel(*group, env, options);
   } catch (const std::exception& e) {
     problem = e.what();

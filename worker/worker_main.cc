@@ -26,6 +26,12 @@ int main(int argc, char** argv) {
   int trainN = 4000, devN = 500, testN = 500, seed = 1;
   auto* train = app.add_subcommand("train", "distributed DocNN training (PyText-style JSON config)");
   train->add_option("--config", trainConfig, "e.g. configs/distributed_docnn.json")->required();
+  std::string trainBackend = "auto";
+  train->add_option("--backend", trainBackend,
+                    "gloo (CPU), nccl (local rank r's GPU) or auto (the GPU and NCCL when the config's "
+                    "use_cuda_if_available holds and this build has them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}));
   auto* decode = app.add_subcommand("decode", "distributed decoding with a trained checkpoint");
   decode->add_option("--config", decodeConfig, "e.g. configs/decode_docnn.json")->required();
   auto* gen = app.add_subcommand("gen-data", "write a small SST-2-format dataset with a learnable signal");
@@ -56,7 +62,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "worker: %s\n", std::string(env.status().message()).c_str());
     return 2;
   }
-  if (*train) return muster::programs::runTrain(*env, trainConfig);
+  if (*train) return muster::programs::runTrain(*env, trainConfig, trainBackend);
   if (*decode) return muster::programs::runDecode(*env, decodeConfig);
   check.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutS * 1000));
   return muster::worker::runSelfCheck(*env, check);

@@ -8,6 +8,7 @@
 
 #include "tests/support/child.h"
 #include "tests/support/programs.h"
+#include "worker/process_group.h"
 #include "worker/programs/docnn.h"
 #include "worker/programs/sst_data.h"
 
@@ -169,6 +170,25 @@ TEST_F(Train, BadInputsAreRefusedBeforeTrainingStarts) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find("epoch"), std::string::npos) << "no training started: " << err;
+}
+
+// --backend: an unknown name is refused by the flag; nccl where this build has no
+// ProcessGroupNCCL (Debian's LibTorch has no CUDA) is one line naming the cause, before any
+// training, in worker train and in the self-check alike.
+TEST_F(Train, BackendsThisBuildLacksAreOneClearLine) {
+  std::string cfg = config("backend", 16, 1, 1);
+  std::string err;
+  auto bogus = run(1, {"train", "--config", cfg, "--backend", "mpi"}, &err);
+  EXPECT_EQ(bogus.code, 1) << "launch's summary of a rank that exited 2: " << err;
+  EXPECT_NE(err.find("--backend: mpi not in {gloo,nccl,auto}"), std::string::npos) << err;
+  if (worker::kHaveTorchNccl) GTEST_SKIP() << "this build has ProcessGroupNCCL";
+  auto nccl = run(1, {"train", "--config", cfg, "--backend", "nccl"}, &err);
+  EXPECT_EQ(nccl.code, 1);
+  EXPECT_NE(err.find("backend nccl: this LibTorch was built without CUDA"), std::string::npos) << err;
+  EXPECT_EQ(err.find("epoch"), std::string::npos) << "no training started: " << err;
+  auto check = run(1, {"--backend", "nccl"}, &err);
+  EXPECT_EQ(check.code, 1);
+  EXPECT_NE(err.find("backend nccl: this LibTorch was built without CUDA"), std::string::npos) << err;
 }
 
 TEST_F(Train, MalformedDataLineIsNamedByFileAndLine) {

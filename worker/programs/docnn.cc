@@ -109,10 +109,11 @@ absl::StatusOr<Checkpoint> readCheckpointMeta(const std::string& path) {
   }
 }
 
-absl::Status loadCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer) {
+absl::Status loadCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer,
+                            torch::Device device) {
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, device);
     model->load(archive);
     torch::serialize::InputArchive opt;
     if (optimizer != nullptr && archive.try_read("muster_optimizer", opt)) optimizer->load(opt);

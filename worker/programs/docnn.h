@@ -34,8 +34,10 @@ struct Checkpoint {
 // Written to a temporary name and renamed: a crash never leaves half a checkpoint.
 absl::Status saveCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer,
                             const Checkpoint& meta);
-// Reads the metadata, then (when given) the parameters into `model` and the optimizer state.
+// Reads the metadata, then (when given) the parameters into `model` and the optimizer state,
+// every tensor mapped to `device` (a checkpoint saved on a GPU loads on a CPU and back).
 absl::StatusOr<Checkpoint> readCheckpointMeta(const std::string& path);
-absl::Status loadCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer);
+absl::Status loadCheckpoint(const std::string& path, DocNN& model, torch::optim::Optimizer* optimizer,
+                            torch::Device device = torch::kCPU);
 
 }  // namespace muster::programs

@@ -8,8 +8,11 @@
 namespace muster::programs {
 
 // Each returns the process's exit code (0 success, 1 runtime failure, 2 bad config) and
-// prints one clear line on failure.
-int runTrain(const worker::WorkerEnv& env, const std::string& configPath);
+// prints one clear line on failure. `backend` of training: gloo, nccl (on local rank r's GPU),
+// or auto (the GPU and NCCL when the config's use_cuda_if_available holds and this build has
+// CUDA and NCCL, else the CPU and Gloo).
+int runTrain(const worker::WorkerEnv& env, const std::string& configPath,
+             const std::string& backend = "auto");
 int runDecode(const worker::WorkerEnv& env, const std::string& configPath);
 
 // Sample indices of one epoch for one rank, as torch's DistributedSampler: a permutation

@@ -1,6 +1,7 @@
-// worker train: distributed DocNN training over Gloo, gradients all-reduced in buckets inside
-// the optimizer step.
+// worker train: distributed DocNN training over Gloo (CPU) or NCCL (GPU), gradients
+// all-reduced in buckets inside the optimizer step.
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -40,9 +41,13 @@ Encoded encode(const std::vector<Example>& data, const Vocab& vocab, int length)
   return e;
 }
 
+Encoded onDevice(Encoded e, const torch::Device& device) {
+  return {e.tokens.to(device), e.labels.to(device)};
+}
+
 // Gradients of all parameters, all-reduced (summed, then divided by the world size) in
 // buckets of at most bucketBytes: one collective per bucket, not one per parameter.
-void syncGradients(const std::vector<torch::Tensor>& params, c10d::ProcessGroup& pg, int world,
+void syncGradients(const std::vector<torch::Tensor>& params, worker::Collectives& pg, int world,
                    double bucketMiB) {
   if (world == 1) return;
   size_t limit = static_cast<size_t>(bucketMiB * (1 << 20));
@@ -79,7 +84,7 @@ struct Metrics {
 };
 
 // Each rank evaluates every world-th example; sums are all-reduced.
-Metrics evaluate(DocNN& model, const Encoded& data, c10d::ProcessGroup& pg, const worker::WorkerEnv& env,
+Metrics evaluate(DocNN& model, const Encoded& data, worker::Collectives& pg, const worker::WorkerEnv& env,
                  int batch) {
   torch::NoGradGuard noGrad;
   model->eval();
@@ -88,14 +93,16 @@ Metrics evaluate(DocNN& model, const Encoded& data, c10d::ProcessGroup& pg, cons
   for (int64_t i = env.rank; i < data.labels.size(0); i += env.worldSize) idx.push_back(i);
   double loss = 0, correct = 0;
   for (size_t s = 0; s < idx.size(); s += batch) {
-    auto ids = torch::tensor(std::vector<int64_t>(idx.begin() + s, idx.begin() + std::min(idx.size(), s + batch)));
+    auto ids = torch::tensor(std::vector<int64_t>(idx.begin() + s, idx.begin() + std::min(idx.size(), s + batch)))
+                   .to(data.labels.device());
     auto logits = model(data.tokens.index_select(0, ids));
     auto y = data.labels.index_select(0, ids);
     loss += torch::nn::functional::cross_entropy(logits, y,
                 torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
     correct += (logits.argmax(1) == y).sum().item<double>();
   }
-  std::vector<torch::Tensor> sums{torch::tensor({loss, correct, static_cast<double>(idx.size())}, torch::kFloat64)};
+  std::vector<torch::Tensor> sums{
+      torch::tensor({loss, correct, static_cast<double>(idx.size())}, torch::kFloat64).to(data.labels.device())};
   pg.allreduce(sums)->wait();
   model->train();
   Metrics m;
@@ -130,7 +137,7 @@ std::vector<int64_t> shardIndices(int64_t n, int world, int rank, uint64_t seed,
   return mine;
 }
 
-int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
+int runTrain(const worker::WorkerEnv& env, const std::string& configPath, const std::string& backend) {
   auto config = loadTrainConfig(configPath);
   if (!config.ok()) return fail(env, 2, std::string(config.status().message()));
   const TrainConfig& c = *config;
@@ -139,8 +146,18 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
                                     configPath, c.distributedWorldSize, env.worldSize));
   }
   if (c.numThreads > 0) at::set_num_threads(c.numThreads);
-  if (c.useCudaIfAvailable && !torch::cuda::is_available() && env.rank == 0) {
+  // The GPU of this local rank with NCCL, or the CPU with Gloo (gloo on a GPU: Gloo's CUDA path).
+  bool gpu = backend == "nccl" ||
+             (backend == "auto" && c.useCudaIfAvailable && torch::cuda::is_available());
+  if (backend == "auto" && c.useCudaIfAvailable && !gpu && env.rank == 0) {
     logger()->info("use_cuda_if_available: this LibTorch has no usable CUDA; training on CPU");
+  }
+  std::string groupBackend = backend;
+  if (backend == "auto") groupBackend = gpu && worker::kHaveTorchNccl ? "nccl" : "gloo";
+  torch::Device device(torch::kCPU);
+  if (gpu) {
+    auto gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % gpus));
   }
   auto train = readTsv(c.trainPath);
   if (!train.ok()) return fail(env, 2, std::string(train.status().message()));
@@ -161,8 +178,9 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
   }
 
   // The data is checked first: a bad file fails before any rank waits for another.
-  auto group = worker::createProcessGroup(env, {.backend = "gloo", .timeout = std::chrono::minutes(5)});
+  auto group = worker::createProcessGroup(env, {.backend = groupBackend, .timeout = std::chrono::minutes(5)});
   if (!group.ok()) return fail(env, 1, std::string(group.status().message()));
+  worker::GroupCloser closer(*group);
   auto& pg = *group->pg;
   worker::WorkerEnv channelEnv = env;
   if (!c.sharedDir.empty()) channelEnv.sharedDir = c.sharedDir;
@@ -196,6 +214,7 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
 
   torch::manual_seed(c.trainer.seed);
   DocNN model(vocab->size(), modelConfig);
+  model->to(device);  // before the optimizer takes the parameters
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   if (c.optimizer.type == "adam") {
     optimizer = std::make_unique<torch::optim::Adam>(
@@ -207,7 +226,9 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
                                  .weight_decay(c.optimizer.weightDecay));
   }
   if (resume) {
-    if (auto s = loadCheckpoint(c.savePath, model, optimizer.get()); !s.ok()) return fail(env, 1, std::string(s.message()));
+    if (auto s = loadCheckpoint(c.savePath, model, optimizer.get(), device); !s.ok()) {
+      return fail(env, 1, std::string(s.message()));
+    }
     if (env.rank == 0) logger()->info("resumed from {} after epoch {}", c.savePath, startEpoch);
   }
   // Every rank starts from rank 0's parameters, as DistributedDataParallel does.
@@ -215,17 +236,17 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
     std::vector<torch::Tensor> t{p.data()};
     pg.broadcast(t)->wait();
   }
-  auto trainSet = encode(*train, *vocab, modelConfig.maxSeqLen);
-  auto evalSet = encode(evalData, *vocab, modelConfig.maxSeqLen);
-  auto testSet = encode(testData, *vocab, modelConfig.maxSeqLen);
+  auto trainSet = onDevice(encode(*train, *vocab, modelConfig.maxSeqLen), device);
+  auto evalSet = onDevice(encode(evalData, *vocab, modelConfig.maxSeqLen), device);
+  auto testSet = onDevice(encode(testData, *vocab, modelConfig.maxSeqLen), device);
   auto params = model->parameters();
   int64_t n = trainSet.labels.size(0);
   int batch = c.trainer.batchSize;
   if (env.rank == 0) {
-    logger()->info("training DocNN on {} examples ({} per rank and epoch), vocabulary {}, {} rank(s), "
-                   "batch {} per rank x {} micro-batch(es) per step",
-                   n, (n + env.worldSize - 1) / env.worldSize, vocab->size(), env.worldSize, batch,
-                   c.trainer.updateCycle);
+    logger()->info("training DocNN on {} examples ({} per rank and epoch), vocabulary {}, {} rank(s) "
+                   "on {} with {}, batch {} per rank x {} micro-batch(es) per step",
+                   n, (n + env.worldSize - 1) / env.worldSize, vocab->size(), env.worldSize,
+                   gpu ? "the GPU" : "the CPU", group->backend, batch, c.trainer.updateCycle);
   }
   auto jobStart = std::chrono::steady_clock::now();
   int64_t samplesSeen = 0;
@@ -243,7 +264,7 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
     for (int64_t b = 0; b < batches; ++b) {
       auto from = indices.begin() + b * batch;
       auto to = indices.begin() + std::min<int64_t>((b + 1) * batch, indices.size());
-      auto ids = torch::tensor(std::vector<int64_t>(from, to));
+      auto ids = torch::tensor(std::vector<int64_t>(from, to)).to(device);
       auto logits = model(trainSet.tokens.index_select(0, ids));
       auto loss = torch::nn::functional::cross_entropy(logits, trainSet.labels.index_select(0, ids));
       (loss / c.trainer.updateCycle).backward();
@@ -267,7 +288,8 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath) {
     double epochSecs = std::chrono::duration<double>(std::chrono::steady_clock::now() - epochStart).count();
     trainSeconds += epochSecs;
     samplesSeen += static_cast<int64_t>(indices.size()) * env.worldSize;
-    std::vector<torch::Tensor> trainLoss{torch::tensor({lossSum, static_cast<double>(lossCount)}, torch::kFloat64)};
+    std::vector<torch::Tensor> trainLoss{
+        torch::tensor({lossSum, static_cast<double>(lossCount)}, torch::kFloat64).to(device)};
     pg.allreduce(trainLoss)->wait();
     if (evalSet.labels.size(0) > 0) last = evaluate(model, evalSet, pg, env, batch);
     if (env.rank == 0) {
