@@ -12,8 +12,19 @@ PY = os.environ["MUSTER_TEST_PYTHON"]
 VERSION = os.environ["MUSTER_TEST_TORCH"]
 MAJOR_MINOR = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", VERSION).groups())
 LAUNCH_FLAGS = os.environ.get("MUSTER_TEST_LAUNCH_FLAGS", "").split()
+TORCHRUN = os.environ.get("MUSTER_TEST_TORCHRUN", "").split()
+_torchrun_help = None
 
 
+def torchrun_has(flag):
+    """Whether this torch's torchrun takes `flag`, read once from its --help (a release that
+    added a flag, as 2.11 --event-log-handler, is told by what it takes, not by its number)."""
+    global _torchrun_help
+    if _torchrun_help is None:
+        import subprocess
+        done = subprocess.run(TORCHRUN + ["--help"], capture_output=True, text=True, timeout=120)
+        _torchrun_help = done.stdout + done.stderr
+    return re.search(re.escape(flag) + r"\b", _torchrun_help) is not None
 
 
 def launch_argv(launch, args):
@@ -22,7 +33,8 @@ def launch_argv(launch, args):
 
 
 def run_cases(cases, one_side, compare, prefix, show=None):
-    """Runs each case (dict with "name" and "since") the torch has: one_side(case, "torch" or
+    """Runs each case (dict with "name", "since" and optionally "needs", a torchrun flag) the
+    torch has: one_side(case, "torch" or
     "launch", LAUNCH, WORK) for each side in a fresh folder, then compare(case, theirs, ours)
     -> (differences, kept). Prints one line per case, the differences and what is kept;
     show(side) adds what a failing case printed when PARITY_VERBOSE is set. argv: LAUNCH
@@ -35,6 +47,9 @@ def run_cases(cases, one_side, compare, prefix, show=None):
             continue
         if MAJOR_MINOR < c["since"]:
             print(f"{c['name']}: not in torchrun {VERSION}")
+            continue
+        if c.get("needs") and not torchrun_has(c["needs"]):
+            print(f"{c['name']}: torchrun {VERSION} has no {c['needs']}")
             continue
         with tempfile.TemporaryDirectory(prefix=prefix) as work:
             try:

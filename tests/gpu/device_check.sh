@@ -1,19 +1,26 @@
 #!/bin/bash
-# Issue 36's checks on a GPU machine, in one run, from the source root, after tests/gpu/pack.sh
+# The checks on a GPU machine, in one run, from the source root, after tests/gpu/pack.sh
 # packed .gpu here (carried to the machine). Uses the machine's python3, its torch, torchrun,
-# NCCL and CUDA runtime. Prints everything; exit 0 only when every check passed.
-#   [CHECKS="nccl parity ddp bench docnn"] tests/gpu/device_check.sh [DEMO_DATA_DIR]
-# 1. the machine: nvidia-smi, driver, CUDA, torch, NCCL
+# NCCL and CUDA runtime. Prints everything; exit 0 only when every check passed. Files for the
+# record (the store bench's CSV) go to $OUT when it is set, else to .gpu/out.
+#   [CHECKS="nccl parity ddp bench docnn worker events store"] tests/gpu/device_check.sh [DEMO_DATA_DIR]
+# 1. the machine: nvidia-smi, driver, CUDA, torch and its C++ ABI, NCCL, compiler, cmake,
+#    glibc, descriptor limits
 # 2. muster's NCCL path: worker_test's NCCL self-check, and launch --nproc_per_node=1 nccl_check
 #    beside torch's init_process_group("nccl") under launch: the same values, 1 GiB all-reduce
 # 3. this torch's torchrun and launch side by side: environment parity, DDP on NCCL identical,
-#    launch_bench's overhead ratio
-# 4. DocNN on the GPU (NCCL) and on the CPU (Gloo) under launch: dev accuracy of each
+#    launch_bench's overhead ratio; `events`: output parity's event-log cases alone
+# 4. DocNN on the GPU (NCCL) and on the CPU (Gloo) under launch: dev accuracy of each; `worker`:
+#    worker built there against the machine's LibTorch (build_worker.sh), `worker train` on the
+#    GPU with ProcessGroupNCCL and on the CPU with Gloo, the Python DocNN on the GPU beside it
+# 5. `store`: store_startup.py, launch's TCPStore front beside torch's libuv and classic servers
 set -uo pipefail
 here=$(pwd)
 data=${1:-}
 failed=()
-checks=" ${CHECKS:-nccl parity ddp bench docnn} "
+checks=" ${CHECKS:-nccl parity ddp bench docnn worker pydocnn events store} "
+out=${OUT:-$here/.gpu/out}
+mkdir -p "$out"
 want() { [[ $checks == *" $1 "* ]]; }
 check() {  # name command...: runs it, notes a failure
   local name=$1; shift
@@ -39,8 +46,10 @@ echo "== the machine"
 nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ldd --version | head -1
-"$py" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", ".".join(map(str, torch.cuda.nccl.version())), "GPUs", torch.cuda.device_count())'
+"$py" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", ".".join(map(str, torch.cuda.nccl.version())), "GPUs", torch.cuda.device_count(), "C++11 ABI", torch.compiled_with_cxx11_abi())'
 echo "NCCL library: $nccl; CUDA runtime: $cudart"
+echo "compiler: $(g++ --version 2>/dev/null | head -1 || echo none); $(cmake --version 2>/dev/null | head -1 || echo 'no cmake')"
+echo "descriptors: soft $(ulimit -Sn), hard $(ulimit -Hn); CPUs $(nproc); ephemeral ports $(cat /proc/sys/net/ipv4/ip_local_port_range)"
 build/launcher/launch --version
 
 want nccl && check "worker_test: Worker.NcclSelfCheckOnTheGpus" \
@@ -82,7 +91,7 @@ ddp() {  # the NCCL DDP step under torchrun and under launch: the same parameter
          tests/compat/ddp_step.py "$w/muster" nccl \
     || return 1
   "$py" - "$w" <<'EOF'
-import json, sys
+import json, os, sys
 w = sys.argv[1]
 a, b = (json.load(open(f"{w}/{side}/0.json")) for side in ("torch", "muster"))
 same = a["params"] == b["params"] and a["allreduce"] == b["allreduce"]
@@ -102,6 +111,46 @@ if [ -n "$data" ] && want docnn; then
   check "DocNN on the CPU (Gloo, 2 ranks) under launch" \
     env PYTHON_EXEC="$py" timeout 180 build/launcher/launch --nproc_per_node=2 --master_port=0 tests/bench/docnn_ddp.py "$data" 5 32 gloo
 fi
+
+# worker train on NCCL: the demo's DocNN config, any world size, the packed data, no checkpoint.
+worker_config() {  # OUT_JSON
+  "$py" - "$1" "$data" <<'EOF'
+import json, os, sys
+out, data = sys.argv[1], os.path.abspath(sys.argv[2])
+c = json.load(open("configs/distributed_docnn.json"))
+c.update(distributed_world_size=0, train_path=f"{data}/train.tsv", eval_path=f"{data}/dev.tsv",
+         test_path=f"{data}/test.tsv", save_path=None)
+json.dump(c, open(out, "w"))
+EOF
+}
+if [ -n "$data" ] && want worker; then
+  check "build worker against torch $version's LibTorch (CUDA, ProcessGroupNCCL)" \
+    timeout 240 tests/gpu/build_worker.sh .gpu/worker-build
+  if [ -x .gpu/worker-build/worker ]; then
+    worker_config .gpu/docnn.json
+    check "worker train on the GPU (NCCL) under launch --nproc_per_node=gpu" \
+      timeout 120 build/launcher/launch --nproc_per_node=gpu --master_port=0 \
+        .gpu/worker-build/worker train --config .gpu/docnn.json --backend nccl
+    [ -e .gpu/worker-build/NO_GLOO ] || check "worker train on the CPU (Gloo), 1 rank, the same build" \
+      timeout 120 build/launcher/launch --nproc_per_node=1 --master_port=0 \
+        .gpu/worker-build/worker train --config .gpu/docnn.json --backend gloo
+    check "worker self-check on NCCL (exact all-reduce and broadcast on the GPU)" \
+      timeout 60 build/launcher/launch --nproc_per_node=gpu --master_port=0 .gpu/worker-build/worker --backend nccl
+  fi
+  want pydocnn && check "the Python DocNN on the GPU (NCCL, 1 rank) under launch, beside it" \
+    env PYTHON_EXEC="$py" timeout 120 build/launcher/launch --nproc_per_node=1 --master_port=0 tests/bench/docnn_ddp.py "$data" 5 32 nccl
+fi
+
+if want events; then
+  "$py" -m torch.distributed.run --help | grep -m1 -- "--event-log-handler" \
+    || echo "torchrun $version has no --event-log-handler"
+  check "output parity's event cases with torchrun $version" \
+    timeout 120 "$py" tests/compat/output_parity.py "$here/build/launcher/launch" events events_failed
+fi
+
+want store && check "TCPStore start-up and operations: launch's front, torch's libuv and classic servers" \
+  timeout 240 "$py" tests/gpu/store_startup.py --launch "$here/build/launcher/launch" \
+    --sizes 1024,4096,16000 --step-timeout 45 --out "$out/store.csv"
 
 if [ ${#failed[@]} -eq 0 ]; then echo "device_check: every check passed"; exit 0; fi
 printf 'device_check: FAILED: %s\n' "${failed[@]}"
