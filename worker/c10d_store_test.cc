@@ -8,7 +8,10 @@
 
 #include <thread>
 
+#include <torch/torch.h>
+
 #include "rendezvous/client/store_client.h"
+#include "worker/process_group.h"
 #include "rendezvous/server/rendezvous_server.h"
 
 namespace muster::worker {
@@ -153,6 +156,34 @@ TYPED_TEST(C10dConformance, WaitReturnsWhenKeysArriveAndThrowsOnTimeout) {
   }
   setter.join();
   EXPECT_THROW(this->store->wait({"w1", "never"}, std::chrono::milliseconds(100)), c10::Error);
+}
+
+// clone() (LibTorch 2.x's, which c10d calls for a thread's own store) is the same store.
+TEST(C10dStore, CloneSeesTheSameKeys) {
+  MusterBackend backend;
+  auto store = backend.open();
+  auto clone = static_cast<C10dStore&>(*store).clone();
+  store->set("k", b("v"));
+  EXPECT_EQ(s(clone->get("k")), "v");
+  clone->add("n", 2);
+  EXPECT_EQ(store->add("n", 1), 3);
+}
+
+// closeGroup ends a group (an NCCL group's is a shutdown) and may be called again;
+// a GroupCloser does it at the end of its scope.
+TEST(ProcessGroup, CloseGroupEmptiesTheGroupAndMayBeCalledTwice) {
+  WorkerEnv env;  // a world of one with no store address: an in-process store
+  auto group = createProcessGroup(env, {.backend = "gloo", .timeout = kTimeout});
+  ASSERT_TRUE(group.ok()) << group.status();
+  {
+    GroupCloser closer(*group);
+    std::vector<at::Tensor> t{torch::ones({4})};
+    group->pg->allreduce(t)->wait();
+    EXPECT_TRUE(torch::equal(t[0], torch::ones({4})));
+  }
+  EXPECT_FALSE(group->pg);
+  closeGroup(*group);
+  EXPECT_FALSE(group->pg);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 #ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -99,22 +100,26 @@ absl::Status awaitRanks(c10d::Store& store, const WorkerEnv& env, const std::str
   }
 }
 
+bool gpuForEveryLocalRank(const WorkerEnv& env) {
+  return static_cast<int64_t>(torch::cuda::device_count()) >= env.localWorldSize;
+}
+
 absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOptions& options) {
   auto start = std::chrono::steady_clock::now();
   std::string backend = options.backend;
-  if (backend == "auto") backend = kHaveTorchNccl && torch::cuda::is_available() ? "nccl" : "gloo";
+  bool nccl = kHaveTorchNccl && gpuForEveryLocalRank(env);
+  if (backend == "auto") backend = nccl ? "nccl" : "gloo";
   if (backend == "nccl") {
     if (!kHaveTorchNccl) {
       return absl::InvalidArgumentError(
           "backend nccl: this LibTorch was built without CUDA, so it has no ProcessGroupNCCL; use "
           "muster::worker::NcclComm (nccl_check) for NCCL collectives, or gloo");
     }
-    auto gpus = static_cast<int>(torch::cuda::device_count());
-    if (env.localRank >= gpus) {
+    if (!gpuForEveryLocalRank(env)) {  // every rank of the node says so, not only the extra ones
       return absl::FailedPreconditionError(fmt::format(
-          "backend nccl: local rank {} has no GPU of its own ({} visible); NCCL needs one rank a "
-          "GPU (launch --nproc_per_node=gpu starts one a GPU)",
-          env.localRank, gpus));
+          "backend nccl: {} ranks on this node but {} GPU(s) visible; NCCL needs one rank a GPU "
+          "(launch --nproc_per_node=gpu starts one a GPU)",
+          env.localWorldSize, torch::cuda::device_count()));
     }
   } else if (backend == "gloo") {
 #ifndef USE_C10D_GLOO
@@ -136,6 +141,7 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("muster/pg/" + backend, *store);
 #ifdef USE_C10D_NCCL
     if (backend == "nccl") {
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.localRank));  // as torch.cuda.set_device
       auto nccl = c10d::ProcessGroupNCCL::Options::create();
       nccl->timeout = options.timeout;
       group.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, env.rank, env.worldSize, nccl);

@@ -28,6 +28,9 @@ using Collectives = c10d::Backend;
 using Collectives = c10d::ProcessGroup;
 #endif
 
+// Whether this node has a GPU for each of its ranks (NCCL wants one rank a GPU).
+bool gpuForEveryLocalRank(const WorkerEnv& env);
+
 // Whether this build has ProcessGroupNCCL (LibTorch with CUDA, built with USE_C10D_NCCL).
 constexpr bool kHaveTorchNccl =
 #ifdef USE_C10D_NCCL
@@ -38,8 +41,8 @@ constexpr bool kHaveTorchNccl =
 
 struct GroupOptions {
   // "gloo", "nccl" (a c10d NCCL group needs a LibTorch built with CUDA; else use NcclComm),
-  // or "auto" (NCCL when this build has it and a GPU is present, else Gloo). With NCCL, local
-  // rank r uses GPU r: one rank a GPU, as NCCL requires.
+  // or "auto" (NCCL when this build has it and the node has a GPU for each of its ranks, else
+  // Gloo). With NCCL, local rank r uses GPU r (made the current device): one rank a GPU.
   std::string backend = "auto";
   std::chrono::milliseconds timeout{300'000};
 };

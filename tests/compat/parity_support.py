@@ -12,7 +12,7 @@ PY = os.environ["MUSTER_TEST_PYTHON"]
 VERSION = os.environ["MUSTER_TEST_TORCH"]
 MAJOR_MINOR = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", VERSION).groups())
 LAUNCH_FLAGS = os.environ.get("MUSTER_TEST_LAUNCH_FLAGS", "").split()
-TORCHRUN = os.environ.get("MUSTER_TEST_TORCHRUN", "").split()
+TORCHRUN = os.environ["MUSTER_TEST_TORCHRUN"].split()
 _torchrun_help = None
 
 
@@ -23,6 +23,9 @@ def torchrun_has(flag):
     if _torchrun_help is None:
         import subprocess
         done = subprocess.run(TORCHRUN + ["--help"], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:  # a broken torch must fail the cases, not skip them
+            raise RuntimeError(f"{' '.join(TORCHRUN)} --help exited {done.returncode}: "
+                               f"{(done.stderr or done.stdout).strip()[-300:]}")
         _torchrun_help = done.stdout + done.stderr
     return re.search(re.escape(flag) + r"\b", _torchrun_help) is not None
 

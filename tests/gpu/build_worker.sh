@@ -21,9 +21,10 @@ if ! command -v "$cxx" >/dev/null; then
 fi
 echo "compiler: $("$cxx" --version | head -1)"
 
-read -r tdir abi version cuda < <("$py" -c 'import os, torch
+probe=$("$py" -c 'import os, torch
 print(os.path.dirname(torch.__file__), int(torch.compiled_with_cxx11_abi()), torch.__version__,
-      torch.version.cuda or "none")')
+      torch.version.cuda or "none")') || { echo "build_worker: $py cannot import torch"; exit 3; }
+read -r tdir abi version cuda <<<"$probe"
 echo "torch $version at $tdir, C++11 ABI $abi, CUDA $cuda"
 if [ "$abi" != 1 ]; then
   echo "build_worker: torch $version uses the old C++ ABI; muster's archives (Debian 12) the new"
@@ -48,7 +49,7 @@ flags=(-std=c++20 -O2 -pthread -D_GLIBCXX_USE_CXX11_ABI=1 -DUSE_DISTRIBUTED
        -isystem "$tdir/include" -isystem "$tdir/include/torch/csrc/api/include")
 torch_libs=(-ltorch -ltorch_cpu -lc10)
 rm -f "$out/NO_GLOO"
-if [ -e "$tdir/include/gloo/algorithm.h" ]; then
+if "$cxx" -E -x c++ -isystem "$tdir/include" - <<<'#include <gloo/algorithm.h>' >/dev/null 2>&1; then
   flags+=(-DUSE_C10D_GLOO)
 else  # PyPI's wheels ship ProcessGroupGloo.hpp without the gloo headers it includes
   echo "no Gloo headers in this LibTorch: worker is built with NCCL alone (backend gloo refused)"
@@ -65,6 +66,7 @@ sources=(worker/c10d_store.cc worker/process_group.cc worker/self_check.cc
          worker/shared_dir_channel.cc
          worker/programs/sst_data.cc worker/programs/config.cc worker/programs/docnn.cc
          worker/programs/trainer.cc worker/programs/decoder.cc worker/worker_main.cc)
+rm -rf "$out/obj" "$out/worker" "$out/link.log"  # a failed build leaves no older worker behind
 mkdir -p "$out/obj"
 compile() {  # one source into OUT/obj; its errors into OUT/obj/NAME.log
   local name; name=$(tr / _ <<<"$1")

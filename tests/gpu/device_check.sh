@@ -112,14 +112,15 @@ if [ -n "$data" ] && want docnn; then
     env PYTHON_EXEC="$py" timeout 180 build/launcher/launch --nproc_per_node=2 --master_port=0 tests/bench/docnn_ddp.py "$data" 5 32 gloo
 fi
 
-# worker train on NCCL: the demo's DocNN config, any world size, the packed data, no checkpoint.
+# worker train on NCCL: the demo's DocNN config, any world size, the packed data, a checkpoint
+# (resumed by a second run, copied to $out for a CPU to load).
 worker_config() {  # OUT_JSON
   "$py" - "$1" "$data" <<'EOF'
 import json, os, sys
 out, data = sys.argv[1], os.path.abspath(sys.argv[2])
 c = json.load(open("configs/distributed_docnn.json"))
 c.update(distributed_world_size=0, train_path=f"{data}/train.tsv", eval_path=f"{data}/dev.tsv",
-         test_path=f"{data}/test.tsv", save_path=None)
+         test_path=f"{data}/test.tsv", save_path=os.path.abspath(out + ".ckpt"), resume=True)
 json.dump(c, open(out, "w"))
 EOF
 }
@@ -127,18 +128,27 @@ if [ -n "$data" ] && want worker; then
   check "build worker against torch $version's LibTorch (CUDA, ProcessGroupNCCL)" \
     timeout 240 tests/gpu/build_worker.sh .gpu/worker-build
   if [ -x .gpu/worker-build/worker ]; then
+    rm -f .gpu/docnn.json.ckpt
     worker_config .gpu/docnn.json
     check "worker train on the GPU (NCCL) under launch --nproc_per_node=gpu" \
       timeout 120 build/launcher/launch --nproc_per_node=gpu --master_port=0 \
         .gpu/worker-build/worker train --config .gpu/docnn.json --backend nccl
+    check "worker train resumes its GPU checkpoint on the GPU (every epoch done: the test set)" \
+      timeout 120 build/launcher/launch --nproc_per_node=gpu --master_port=0 \
+        .gpu/worker-build/worker train --config .gpu/docnn.json --backend nccl
+    cp .gpu/docnn.json.ckpt "$out/docnn-gpu.ckpt" 2>/dev/null
+    worker_config .gpu/docnn-cpu.json
     [ -e .gpu/worker-build/NO_GLOO ] || check "worker train on the CPU (Gloo), 1 rank, the same build" \
       timeout 120 build/launcher/launch --nproc_per_node=1 --master_port=0 \
-        .gpu/worker-build/worker train --config .gpu/docnn.json --backend gloo
+        .gpu/worker-build/worker train --config .gpu/docnn-cpu.json --backend gloo
     check "worker self-check on NCCL (exact all-reduce and broadcast on the GPU)" \
       timeout 60 build/launcher/launch --nproc_per_node=gpu --master_port=0 .gpu/worker-build/worker --backend nccl
   fi
-  want pydocnn && check "the Python DocNN on the GPU (NCCL, 1 rank) under launch, beside it" \
-    env PYTHON_EXEC="$py" timeout 120 build/launcher/launch --nproc_per_node=1 --master_port=0 tests/bench/docnn_ddp.py "$data" 5 32 nccl
+fi
+if [ -n "$data" ] && want pydocnn; then
+  check "the Python DocNN on the GPU (NCCL, 1 rank) under launch, beside worker train" \
+    env PYTHON_EXEC="$py" timeout 120 build/launcher/launch --nproc_per_node=1 --master_port=0 \
+      tests/bench/docnn_ddp.py "$data" 5 32 nccl
 fi
 
 if want events; then

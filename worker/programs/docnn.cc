@@ -84,7 +84,7 @@ absl::Status saveCheckpoint(const std::string& path, DocNN& model, torch::optim:
 absl::StatusOr<Checkpoint> readCheckpointMeta(const std::string& path) {
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    archive.load_from(path, torch::kCPU);  // a GPU's checkpoint too, on a machine without one
     torch::Tensor config, vocab, epochs;
     if (!archive.try_read("muster_model_config", config) || !archive.try_read("muster_vocab", vocab) ||
         !archive.try_read("muster_epochs_done", epochs)) {

@@ -147,10 +147,12 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath, const 
   }
   if (c.numThreads > 0) at::set_num_threads(c.numThreads);
   // The GPU of this local rank with NCCL, or the CPU with Gloo (gloo on a GPU: Gloo's CUDA path).
-  bool gpu = backend == "nccl" ||
-             (backend == "auto" && c.useCudaIfAvailable && torch::cuda::is_available());
+  bool gpu = backend == "nccl" || (backend == "auto" && c.useCudaIfAvailable &&
+                                   worker::kHaveTorchNccl && worker::gpuForEveryLocalRank(env));
   if (backend == "auto" && c.useCudaIfAvailable && !gpu && env.rank == 0) {
-    logger()->info("use_cuda_if_available: this LibTorch has no usable CUDA; training on CPU");
+    logger()->info("use_cuda_if_available: no GPU with NCCL for each rank of this node (this "
+                   "LibTorch has CUDA: {}); training on the CPU with Gloo",
+                   torch::cuda::is_available() ? "yes" : "no");
   }
   std::string groupBackend = backend;
   if (backend == "auto") groupBackend = gpu && worker::kHaveTorchNccl ? "nccl" : "gloo";
