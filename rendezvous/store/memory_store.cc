@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "absl/strings/escaping.h"
@@ -33,6 +34,22 @@ std::string quoted(const std::string& key) {
   constexpr size_t kShown = 64;
   if (key.size() <= kShown) return "'" + absl::CHexEscape(key) + "'";
   return "'" + absl::CHexEscape(key.substr(0, kShown)) + "...'";
+}
+
+// An ADD's stored value, read as c10d's servers read it (std::stoll): white space, an optional
+// sign, then the decimal digits up to the first other byte (" 7", "+5", "12abc" are 7, 5, 12).
+enum class Leading { kNumber, kNoDigits, kOutOfRange };
+Leading leadingInteger(const std::string& text, int64_t& out) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  bool plus = i < text.size() && text[i] == '+';
+  if (plus) ++i;
+  const char* begin = text.data() + i;
+  const char* end = text.data() + text.size();
+  if (plus && begin != end && *begin == '-') return Leading::kNoDigits;  // "+-1"
+  auto [stop, ec] = std::from_chars(begin, end, out);
+  if (ec == std::errc::result_out_of_range) return Leading::kOutOfRange;
+  return ec == std::errc() ? Leading::kNumber : Leading::kNoDigits;
 }
 
 std::string keyList(const std::vector<std::string>& keys) {
@@ -479,12 +496,18 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       int64_t current = 0;
       auto it = space.kv.find(op.key());
       if (it != space.kv.end()) {
-        const std::string& text = it->second;
-        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
-        if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-          fail(resp, kInvalidArgument,
-               fmt::format("add: the value of key {} is not a decimal integer", quoted(op.key())));
-          return;
+        switch (leadingInteger(it->second, current)) {
+          case Leading::kNumber:
+            break;
+          case Leading::kNoDigits:
+            fail(resp, kInvalidArgument,
+                 fmt::format("add: the value of key {} does not start with a decimal integer",
+                             quoted(op.key())));
+            return;
+          case Leading::kOutOfRange:
+            fail(resp, kOutOfRange,
+                 fmt::format("add: the value of key {} is past 64 bits", quoted(op.key())));
+            return;
         }
       }
       int64_t next = 0;

@@ -29,7 +29,7 @@ namespace pb = ::muster::v1;
 // a job's quota), with a message that names the cap and its numbers; other clients are not
 // affected.
 struct StoreLimits {
-  size_t maxKeyBytes = 4096;
+  size_t maxKeyBytes = 8192;  // torch's libuv TCPStore server takes keys up to 8 KiB
   size_t maxValueBytes = 64u << 20;
   size_t maxKeysPerCall = 16384;
   size_t maxTotalBytes = size_t{2} << 30;

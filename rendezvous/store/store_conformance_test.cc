@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "rendezvous/store/store_test_backends.h"
 
@@ -119,6 +121,26 @@ TYPED_TEST(StoreConformance, AddRejectsNonIntegerAndOverflow) {
   ASSERT_TRUE(this->store->set("big", "9223372036854775807").ok());
   EXPECT_EQ(this->store->add("big", 1).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(this->store->get("big", deadlineAfter(Millis(1000))).value(), "9223372036854775807");
+}
+
+// c10d's servers read the stored value of an ADD as std::stoll does (measured against torch
+// 2.14's server): white space, a sign, the digits up to the first other byte.
+TYPED_TEST(StoreConformance, AddReadsTheStoredValueAsStollDoes) {
+  for (auto [stored, sum] : std::vector<std::pair<std::string, int64_t>>{
+           {" 7", 8}, {"+5", 6}, {"12abc", 13}, {"\t\n8", 9}, {"-3x", -2}, {"0x10", 1}}) {
+    ASSERT_TRUE(this->store->set("v", stored).ok());
+    auto added = this->store->add("v", 1);
+    ASSERT_TRUE(added.ok()) << "'" << stored << "': " << added.status();
+    EXPECT_EQ(*added, sum) << "'" << stored << "'";
+    EXPECT_EQ(this->store->get("v", deadlineAfter(Millis(1000))).value(), std::to_string(sum));
+  }
+  for (std::string stored : {"", " ", "+", "-", " +-1", "x1"}) {
+    ASSERT_TRUE(this->store->set("v", stored).ok());
+    EXPECT_EQ(this->store->add("v", 1).status().code(), absl::StatusCode::kInvalidArgument)
+        << "'" << stored << "'";
+  }
+  ASSERT_TRUE(this->store->set("v", "99999999999999999999").ok());
+  EXPECT_EQ(this->store->add("v", 1).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TYPED_TEST(StoreConformance, CompareSetFollowsC10dSemantics) {

@@ -100,6 +100,19 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   void adjustInput(int64_t delta) { bufferedInput_ = static_cast<size_t>(static_cast<int64_t>(bufferedInput_) + delta); }
   size_t bufferedInput() const { return bufferedInput_; }
 
+  // BARRIER's parked ranks (the loop's thread only), by namespace and key: each is answered
+  // when an ADD or BARRIER through the front brings the key's count to its world size.
+  struct ParkedBarrier {
+    int64_t worldSize;
+    std::weak_ptr<Connection> connection;
+    uint64_t seq;  // the connection's wait it answers
+  };
+  void parkBarrier(const std::string& where, ParkedBarrier parked) {
+    barriers_[where].push_back(std::move(parked));
+  }
+  void unparkBarrier(const std::string& where, const Connection* c);
+  void counted(const std::string& where, int64_t count);
+
   std::shared_ptr<MemoryStore> memory_;
   FrontOptions options_;
   tcpstore::WireLimits limits_;
@@ -113,6 +126,7 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   // closeAll(). Guarded by mu_.
   std::unordered_map<Connection*, std::weak_ptr<Connection>> live_;
   size_t bufferedInput_ = 0;
+  std::unordered_map<std::string, std::vector<ParkedBarrier>> barriers_;
 };
 
 // One client. Lives as long as a read, a write or a parked wait holds it. Everything runs on
@@ -327,9 +341,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
         op->set_key(key(q.keys[0]));
         op->set_delta(q.number);
         auto r = now(req);
-        if (!failed(r, q.op)) tcpstore::putI64(out_, r.number());
+        if (failed(r, q.op)) return;
+        tcpstore::putI64(out_, r.number());
+        front_->counted(barrierPlace(op->key()), r.number());
         return;
       }
+      case Op::kBarrier:
+        barrier(q);
+        return;
       case Op::kCheck: {
         auto* op = req.mutable_check();
         for (const auto& k : q.keys) op->add_keys(key(k));
@@ -437,6 +456,45 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (answered) waitDone(seq, *answered);
   }
 
+  // torch 2.14's BARRIER, as its servers do it: the key counts arrivals (an ADD of 1), and the
+  // rank is answered STOP_WAITING once the count reaches the world size: at once when its own
+  // arrival got it there (or past: the count is never reset, so a key used again lets every
+  // later arrival through), else when a later ADD or BARRIER through the front does. Its
+  // client gives up with CANCEL_WAIT at its timeout, which withdraws it as it does a WAIT.
+  void barrier(const tcpstore::Request& q) {
+    withdrawWait();
+    pb::StoreRequest req;
+    auto* op = req.mutable_add();
+    op->set_key(key(q.keys[0]));
+    op->set_delta(1);
+    auto r = now(req);
+    if (failed(r, q.op)) return;
+    std::string where = barrierPlace(op->key());
+    front_->counted(where, r.number());
+    if (r.number() >= q.number) {
+      tcpstore::putU8(out_, tcpstore::kStopWaiting);
+      return;
+    }
+    waiting_ = true;
+    waiter_ = MemoryStore::kNotPending;
+    barrierAt_ = where;
+    front_->parkBarrier(where, {q.number, weak_from_this(), ++waitSeq_});
+  }
+
+  // The front's table of parked barriers is by namespace and key.
+  std::string barrierPlace(const std::string& storeKey) { return ns() + '\0' + storeKey; }
+
+ public:
+  // A parked BARRIER's count reached its world size.
+  void barrierDone(uint64_t seq) {
+    if (closed_ || !waiting_ || seq != waitSeq_) return;  // withdrawn meanwhile
+    waiting_ = false;
+    barrierAt_.clear();
+    tcpstore::putU8(out_, tcpstore::kStopWaiting);
+    flush();
+  }
+
+ private:
   void waitDone(uint64_t seq, const pb::StoreResponse& r) {
     if (closed_ || !waiting_ || seq != waitSeq_) return;  // withdrawn meanwhile
     waiting_ = false;
@@ -449,6 +507,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // 2.x: the client's wait timed out. Exactly one WAIT_CANCELED answers; STOP_WAITING comes
   // before it only if the keys had already arrived (the client reads "00 01" then).
   void cancelWait() {
+    dropBarrier();
     if (waiting_) {
       bool withdrawn = waiter_ == MemoryStore::kNotPending || front_->memory_->cancel(waiter_);
       if (!withdrawn) tcpstore::putU8(out_, tcpstore::kStopWaiting);
@@ -460,11 +519,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void withdrawWait() {
+    dropBarrier();
     if (!waiting_) return;
     if (waiter_ != MemoryStore::kNotPending) front_->memory_->cancel(waiter_);
     waiting_ = false;
     waiter_ = MemoryStore::kNotPending;
     ++waitSeq_;
+  }
+
+  // Takes this connection's parked BARRIER, if any, off the front's table.
+  void dropBarrier() {
+    if (barrierAt_.empty()) return;
+    front_->unparkBarrier(barrierAt_, this);
+    barrierAt_.clear();
   }
 
   void flush() {
@@ -497,6 +564,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool waiting_ = false;
   MemoryStore::WaiterId waiter_ = MemoryStore::kNotPending;
   uint64_t waitSeq_ = 0;
+  std::string barrierAt_;  // where this connection's BARRIER is parked ("" when none)
   std::string ns_;
   std::string attemptPrefix_;  // "//worker/attempt_N": the first this client used; "" before
   size_t needed_ = 0;     // bytes the request at head_ needs before decoding again
@@ -532,6 +600,32 @@ void TcpStoreFront::Impl::accept() {
         c->start();
       },
       weak_from_this());
+}
+
+void TcpStoreFront::Impl::unparkBarrier(const std::string& where, const Connection* c) {
+  auto it = barriers_.find(where);
+  if (it == barriers_.end()) return;
+  std::erase_if(it->second, [c](const ParkedBarrier& p) {
+    auto held = p.connection.lock();
+    return !held || held.get() == c;
+  });
+  if (it->second.empty()) barriers_.erase(it);
+}
+
+void TcpStoreFront::Impl::counted(const std::string& where, int64_t count) {
+  auto it = barriers_.find(where);
+  if (it == barriers_.end()) return;
+  std::vector<ParkedBarrier> through;
+  std::erase_if(it->second, [&](ParkedBarrier& p) {
+    if (p.connection.expired()) return true;
+    if (p.worldSize > count) return false;
+    through.push_back(std::move(p));
+    return true;
+  });
+  if (it->second.empty()) barriers_.erase(it);
+  for (auto& p : through) {
+    if (auto c = p.connection.lock()) c->barrierDone(p.seq);
+  }
 }
 
 void TcpStoreFront::Impl::closeAll() {

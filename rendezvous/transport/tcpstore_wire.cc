@@ -18,11 +18,11 @@ static_assert(std::endian::native == std::endian::little,
 constexpr std::array<Op, 9> kV1Ops{Op::kSet,   Op::kCompareSet, Op::kGet,
                                    Op::kAdd,   Op::kCheck,      Op::kWait,
                                    Op::kNumKeys, Op::kWatchKey, Op::kDeleteKey};
-constexpr std::array<Op, 18> kV2Ops{
+constexpr std::array<Op, 19> kV2Ops{
     Op::kValidate,  Op::kSet,      Op::kCompareSet, Op::kGet,        Op::kAdd,
     Op::kCheck,     Op::kWait,     Op::kNumKeys,    Op::kDeleteKey,  Op::kAppend,
     Op::kMultiGet,  Op::kMultiSet, Op::kCancelWait, Op::kPing,       Op::kQueuePush,
-    Op::kQueuePop,  Op::kQueueLen, Op::kList};
+    Op::kQueuePop,  Op::kQueueLen, Op::kList,       Op::kBarrier};
 
 std::optional<uint8_t> typeByte(Op op, Generation g) {
   const Op* begin = g == Generation::kV1 ? kV1Ops.data() : kV2Ops.data();
@@ -133,6 +133,7 @@ std::string_view opName(Op op) {
     case Op::kQueuePop: return "QUEUE_POP";
     case Op::kQueueLen: return "QUEUE_LEN";
     case Op::kList: return "LIST";
+    case Op::kBarrier: return "BARRIER";
   }
   return "?";
 }
@@ -189,6 +190,7 @@ absl::StatusOr<size_t> decode(std::string_view data, Generation& generation,
         r.key(out.keys);
         break;
       case Op::kAdd:
+      case Op::kBarrier:
         r.key(out.keys) && r.fixed(out.number);
         break;
       case Op::kCheck:
@@ -258,6 +260,7 @@ std::string encode(const Request& req, Generation generation) {
       putU32(out, req.word);
       break;
     case Op::kAdd:
+    case Op::kBarrier:
       putBytes(out, req.keys.at(0));
       putI64(out, req.number);
       break;

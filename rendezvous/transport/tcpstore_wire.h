@@ -5,7 +5,9 @@
 // values are a little-endian u64 length and the bytes; counts and integers are little-endian
 // 8-byte values. No length header, no request id: a client has one request in flight. The 2.x
 // client opens with VALIDATE (type 0 and the u32 magic 0x3C85F7CE); its type numbers are the
-// 1.13 ones shifted by one up to GETNUMKEYS, with new ones after DELETE_KEY (8 in both).
+// 1.13 ones shifted by one up to GETNUMKEYS, with new ones after DELETE_KEY (8 in both); the
+// last, BARRIER (18, torch 2.14's Store::barrier), counts arrivals on its key as an ADD of 1
+// and is answered STOP_WAITING once the count reaches the world size it names.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ enum class Generation {
 enum class Op {
   kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey, kDeleteKey,
   kAppend, kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kList,
+  kBarrier,  // 2.x (torch 2.14's Store::barrier): a key and the world size
 };
 
 // The name of an op as c10d spells it ("SET", "CANCEL_WAIT").
@@ -38,7 +41,7 @@ struct Request {
   std::vector<std::string> keys;    // one for single-key ops; CHECK/WAIT/MULTI_*: many
   std::vector<std::string> values;  // SET/APPEND/QUEUE_PUSH: 1; COMPARE_SET: expected,
                                     // desired; MULTI_SET: one per key
-  int64_t number = 0;               // ADD: the delta
+  int64_t number = 0;               // ADD: the delta; BARRIER: the world size
   uint32_t word = 0;                // PING: the nonce; VALIDATE: the magic
 };
 

@@ -79,6 +79,23 @@ TEST(TcpStoreWire, TypeNumbersOfBothGenerations) {
   EXPECT_EQ(encode(Request{.op = Op::kList}, Generation::kV2), hex("11"));
   // 2.x-only operations have no 1.13 number.
   EXPECT_TRUE(encode(Request{.op = Op::kAppend, .keys = {"k"}, .values = {"v"}}, Generation::kV1).empty());
+  EXPECT_TRUE(encode(Request{.op = Op::kBarrier, .keys = {"k"}, .number = 2}, Generation::kV1).empty());
+}
+
+// torch 2.14's TCPStore.barrier("bk", 2, ...), as its client sent it to its own server (read
+// off the loopback): type 18, the key, the world size.
+TEST(TcpStoreWire, BarrierIsWhatTorch214Sends) {
+  std::string bytes = hex("1203000000000000002f626b0200000000000000");
+  EXPECT_EQ(encode(Request{.op = Op::kBarrier, .keys = {"/bk"}, .number = 2}, Generation::kV2), bytes);
+  Generation g = Generation::kV2;
+  Request r;
+  auto used = decode(bytes, g, WireLimits{}, r);
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(*used, bytes.size());
+  EXPECT_EQ(r.op, Op::kBarrier);
+  EXPECT_EQ(r.keys, std::vector<std::string>{"/bk"});
+  EXPECT_EQ(r.number, 2);
+  EXPECT_EQ(opName(Op::kBarrier), "BARRIER");
 }
 
 TEST(TcpStoreWire, EveryRequestRoundTripsAndEveryPrefixIsIncomplete) {
@@ -95,6 +112,7 @@ TEST(TcpStoreWire, EveryRequestRoundTripsAndEveryPrefixIsIncomplete) {
       {{.op = Op::kMultiGet, .keys = {"/a", "/b"}}, Generation::kV2},
       {{.op = Op::kMultiSet, .keys = {"/a", "/b"}, .values = {"1", "2"}}, Generation::kV2},
       {{.op = Op::kCancelWait}, Generation::kV2},
+      {{.op = Op::kBarrier, .keys = {"/b"}, .number = 4}, Generation::kV2},
       {{.op = Op::kQueuePush, .keys = {"/q"}, .values = {"item"}}, Generation::kV2},
       {{.op = Op::kQueuePop, .keys = {"/q"}}, Generation::kV2},
       {{.op = Op::kList}, Generation::kV2},
@@ -146,7 +164,7 @@ TEST(TcpStoreWire, UnknownTypesAndBadMagicAreErrors) {
   Generation g = Generation::kUnknown;
   EXPECT_FALSE(decode(hex("09"), g, WireLimits{}, r).ok()) << "9 is no 1.13 type";
   g = Generation::kV2;
-  EXPECT_FALSE(decode(hex("12"), g, WireLimits{}, r).ok()) << "18 is no 2.x type";
+  EXPECT_FALSE(decode(hex("13"), g, WireLimits{}, r).ok()) << "19 is no 2.x type";
   g = Generation::kV2;
   EXPECT_FALSE(decode(hex("ff"), g, WireLimits{}, r).ok());
   // Garbage that happens to start with 0 is a 1.13 SET with an absurd key length.

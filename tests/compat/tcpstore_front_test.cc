@@ -275,6 +275,59 @@ TEST_F(Front, Torch2CancelAfterTheKeyArrivedReadsStopThenCanceled) {
   EXPECT_EQ(c.recv(1, Ms(200)), "") << "nothing after WAIT_CANCELED";
 }
 
+// torch 2.14's BARRIER, as its own server answers it (tcpstore_parity.sh compares the two):
+// arrivals counted on the key, everyone through at the world size, a key used again lets later
+// arrivals through at once, and a rank's timeout (CANCEL_WAIT) withdraws it alone.
+TEST_F(Front, Torch214BarrierCountsArrivalsAndLetsAllThroughAtTheWorldSize) {
+  RawClient a = v2(), b = v2(), c = v2();
+  using wire::Op;
+  a.send({.op = Op::kBarrier, .keys = {"/bk"}, .number = 3});
+  b.send({.op = Op::kBarrier, .keys = {"/bk"}, .number = 3});
+  EXPECT_EQ(a.recv(1, Ms(200)), "") << "two of three arrived: no answer yet";
+  EXPECT_EQ(b.recv(1, Ms(50)), "");
+  c.send({.op = Op::kBarrier, .keys = {"/bk"}, .number = 3});
+  EXPECT_EQ(c.recv(1), std::string(1, wire::kStopWaiting)) << "the third arrival goes through";
+  EXPECT_EQ(a.recv(1), std::string(1, wire::kStopWaiting));
+  EXPECT_EQ(b.recv(1), std::string(1, wire::kStopWaiting));
+  a.send({.op = Op::kGet, .keys = {"/bk"}});
+  EXPECT_EQ(a.bytes(), "3");
+  b.send({.op = Op::kBarrier, .keys = {"/bk"}, .number = 3});
+  EXPECT_EQ(b.recv(1), std::string(1, wire::kStopWaiting)) << "the count is never reset";
+  // An ADD through the front counts too.
+  a.send({.op = Op::kBarrier, .keys = {"/two"}, .number = 2});
+  EXPECT_EQ(a.recv(1, Ms(100)), "");
+  c.send({.op = Op::kAdd, .keys = {"/two"}, .number = 1});
+  EXPECT_EQ(c.i64(), 2);
+  EXPECT_EQ(a.recv(1), std::string(1, wire::kStopWaiting));
+  // A rank's timeout: CANCEL_WAIT gets WAIT_CANCELED alone, its arrival stays counted, and a
+  // later arrival that reaches the world size sends it nothing more.
+  a.send({.op = Op::kBarrier, .keys = {"/late"}, .number = 2});
+  EXPECT_EQ(a.recv(1, Ms(100)), "");
+  a.send({.op = Op::kCancelWait});
+  EXPECT_EQ(a.recv(1), std::string(1, wire::kWaitCanceled));
+  b.send({.op = Op::kBarrier, .keys = {"/late"}, .number = 2});
+  EXPECT_EQ(b.recv(1), std::string(1, wire::kStopWaiting));
+  a.send({.op = Op::kAdd, .keys = {"/late"}, .number = 0});
+  EXPECT_EQ(a.i64(), 2) << "no stray STOP_WAITING before the reply";
+  // A parked rank that goes away is forgotten; the others still get through.
+  {
+    RawClient gone = v2();
+    gone.send({.op = Op::kBarrier, .keys = {"/g"}, .number = 3});
+    EXPECT_EQ(gone.recv(1, Ms(100)), "");
+  }
+  b.send({.op = Op::kBarrier, .keys = {"/g"}, .number = 3});
+  c.send({.op = Op::kBarrier, .keys = {"/g"}, .number = 3});
+  EXPECT_EQ(c.recv(1), std::string(1, wire::kStopWaiting));
+  EXPECT_EQ(b.recv(1), std::string(1, wire::kStopWaiting));
+  // A world size of 0 or less, or a key whose value is no count, as torch's server: through at
+  // once, and the connection closed.
+  c.send({.op = Op::kBarrier, .keys = {"/z"}, .number = 0});
+  EXPECT_EQ(c.recv(1), std::string(1, wire::kStopWaiting));
+  c.send({.op = Op::kSet, .keys = {"/txt"}, .values = {"hello"}});
+  c.send({.op = Op::kBarrier, .keys = {"/txt"}, .number = 1});
+  EXPECT_EQ(c.recv(1, Ms(2000)), "") << "closed without an answer";
+}
+
 TEST_F(Front, GarbageAbsurdLengthsAndVanishingClientsAreClosedAlone) {
   RawClient good = v2();
   good.send(wire::Request{.op = wire::Op::kSet, .keys = {"/keep"}, .values = {"1"}});

@@ -8,7 +8,8 @@ usage: tcpstore_ops.py ref            # against torch's own TCPStore server, sta
 Prints one JSON object (or writes it to $TCPSTORE_OPS_OUT): each operation's result, and for
 a failing one the exception's class, so that a test can compare a run against muster's store
 with a run against torch's. With torch 2.x's client, its methods too (append, multi_get/set,
-check, list_keys, queues; wait and get timing out).
+check, list_keys, queues; wait and get timing out). Every keyed operation on a key of 8,192 bytes
+on the wire, and ADD on stored values that are not plain decimal text.
 """
 import datetime
 import json
@@ -82,6 +83,13 @@ def main():
         out["get_missing"] = "raised"
     if hasattr(store, "multi_get"):
         extended(store, attempt1, out)
+    # More clients, without a world size (which would count them in TCPStore's "init/" key).
+    def connect():
+        return dist.TCPStore(host, port, None, False, timeout)
+    if hasattr(raw, "barrier"):
+        barriers(connect, out)
+    long_keys(connect, out)
+    stored_values(connect, out)
     text = json.dumps(out, sort_keys=True)
     if os.environ.get("TCPSTORE_OPS_OUT"):
         with open(os.environ["TCPSTORE_OPS_OUT"], "w") as f:
@@ -127,6 +135,64 @@ def extended(store, other, out):
     out["wait_given_timeout_class"] = outcome(
         lambda: store.wait(["never"], datetime.timedelta(milliseconds=200)))
     out["after_timeouts"] = outcome(lambda: store.add("n", 0))
+
+
+def barriers(connect, out):
+    """torch 2.14's TCPStore.barrier: three ranks, one late; the key used again; a rank alone
+    that times out; a world size of 0."""
+    ranks = [connect() for _ in range(3)]
+    short = datetime.timedelta(milliseconds=500)
+    done = {}
+
+    def arrive(i, delay):
+        time.sleep(delay)
+        done[i] = outcome(lambda: ranks[i].barrier("b", 3, datetime.timedelta(seconds=20)))
+
+    threads = [threading.Thread(target=arrive, args=(i, 0.3 * (i == 2))) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    out["barrier_three"] = [done.get(i) for i in range(3)]
+    out["barrier_count"] = outcome(lambda: ranks[0].get("b"))
+    out["barrier_again_alone"] = outcome(lambda: ranks[1].barrier("b", 3, short))
+    out["barrier_timeout"] = outcome(lambda: ranks[0].barrier("alone", 2, short))
+    out["barrier_timeout_count"] = outcome(lambda: ranks[1].get("alone"))
+    out["barrier_world_0"] = outcome(lambda: ranks[2].barrier("zero", 0, short))
+
+
+def long_keys(connect, out):
+    """Every keyed operation on a key of 8,192 bytes on the wire (the client puts "/" before a
+    key of 8,191), the most torch's libuv server takes; then one byte more, on its own client,
+    since a server that refuses it closes the connection."""
+    store = connect()
+    key, other = "k" * 8191, "n" * 8191
+    out["long_set"] = outcome(lambda: store.set(key, "v"))
+    out["long_get"] = outcome(lambda: store.get(key))
+    out["long_add"] = outcome(lambda: store.add(other, 3))
+    out["long_compare_set"] = outcome(lambda: store.compare_set(key, "v", "w"))
+    out["long_check"] = outcome(lambda: store.check([key, other]))
+    out["long_wait"] = outcome(lambda: store.wait([key, other]))
+    out["long_delete"] = outcome(lambda: store.delete_key(key))
+    if hasattr(store, "multi_get"):
+        out["long_append"] = outcome(lambda: store.append(key, "ab"))
+        out["long_multi_set"] = outcome(lambda: store.multi_set([key, other], ["x", "7"]))
+        out["long_multi_get"] = outcome(lambda: store.multi_get([key, other]))
+        out["long_queue"] = outcome(lambda: (store.queue_push(key, "q"), store.queue_len(key),
+                                             store.queue_pop(key)))
+    out["longer_check"] = outcome(lambda: connect().check(["k" * 8192]))
+
+
+def stored_values(connect, out):
+    """ADD on a stored value that is not plain decimal text: c10d's servers read it as
+    std::stoll does. Each on a client of its own: a refused one closes the connection."""
+    for name, value in [("space", " 7"), ("plus", "+5"), ("trailing", "12abc"),
+                        ("tab_newline", "\t\n8"), ("minus_trailing", "-3x"), ("hex", "0x10"),
+                        ("word", "abc"), ("empty", ""), ("plus_minus", " +-1"),
+                        ("past_64_bits", "99999999999999999999")]:
+        store = connect()
+        store.set("parse", value)
+        out[f"add_on_{name}"] = outcome(lambda: store.add("parse", 1))
 
 
 if __name__ == "__main__":
