@@ -36,10 +36,9 @@ std::string quoted(const std::string& key) {
   return "'" + absl::CHexEscape(key.substr(0, kShown)) + "...'";
 }
 
-// An ADD's stored value, read as c10d's servers read it (std::stoll): white space, an optional
-// sign, then the decimal digits up to the first other byte (" 7", "+5", "12abc" are 7, 5, 12).
-enum class Leading { kNumber, kNoDigits, kOutOfRange };
-Leading leadingInteger(const std::string& text, int64_t& out) {
+}  // namespace
+
+Leading leadingInteger(std::string_view text, int64_t& out) {
   size_t i = 0;
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   bool plus = i < text.size() && text[i] == '+';
@@ -51,6 +50,8 @@ Leading leadingInteger(const std::string& text, int64_t& out) {
   if (ec == std::errc::result_out_of_range) return Leading::kOutOfRange;
   return ec == std::errc() ? Leading::kNumber : Leading::kNoDigits;
 }
+
+namespace {
 
 std::string keyList(const std::vector<std::string>& keys) {
   constexpr size_t kShown = 5;
@@ -131,7 +132,8 @@ absl::Status validateRequest(const pb::StoreRequest& req, const StoreLimits& lim
       if (req.ByteSizeLong() > largestRequest(limits)) {
         return absl::InvalidArgumentError(fmt::format(
             "multi_set of {} keys and {} bytes exceeds the largest request the store takes ({} "
-            "bytes: a compare_set of the longest key and two of the largest values); split it",
+            "bytes: a compare_set of the longest key and two of the largest values, or a call "
+            "naming max_keys_per_call of the longest keys, whichever is larger); split it",
             op.keys_size(), total, largestRequest(limits)));
       }
       return absl::OkStatus();

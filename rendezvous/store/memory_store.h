@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -23,6 +24,11 @@
 namespace muster::rendezvous {
 
 namespace pb = ::muster::v1;
+
+// A stored value read as c10d's servers read a counter (std::stoll): white space, an optional
+// sign, then the decimal digits up to the first other byte (" 7", "+5", "12abc" are 7, 5, 12).
+enum class Leading { kNumber, kNoDigits, kOutOfRange };
+Leading leadingInteger(std::string_view text, int64_t& out);
 
 // Caps that keep one client from taking the store down. Over a cap the request fails with
 // INVALID_ARGUMENT (key, value, keys per call) or RESOURCE_EXHAUSTED (total bytes, waiters,

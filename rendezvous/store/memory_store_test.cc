@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <thread>
 
 namespace muster::rendezvous {
@@ -101,13 +102,15 @@ TEST(MemoryStore, WaiterCapSaysResourceExhausted) {
   EXPECT_NE(third.message().find("max_waiters=2"), std::string::npos) << third.message();
 }
 
-// Runs one request in namespace `ns` and returns its answer (it must answer at once).
+// Runs one request in namespace `ns` and returns its answer, or code -1 when it parked. The
+// callback owns what it writes to: a parked request is answered later, at the latest by
+// ~MemoryStore, when this frame is gone (UBSan's finding when it wrote to a local).
 pb::StoreResponse runIn(MemoryStore& store, const std::string& ns, pb::StoreRequest req) {
   req.set_ns(ns);
-  pb::StoreResponse out;
-  out.set_code(-1);
-  store.execute(req, [&](pb::StoreResponse&& r) { out = std::move(r); });
-  return out;
+  auto out = std::make_shared<pb::StoreResponse>();
+  out->set_code(-1);
+  store.execute(req, [out](pb::StoreResponse&& r) { *out = std::move(r); });
+  return *out;
 }
 
 // One job at its quota is refused, naming the quota and its numbers; another job (and the

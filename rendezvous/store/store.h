@@ -38,7 +38,8 @@ class Store {
   absl::Status set(std::string_view key, std::string_view value);
   // Blocks until `key` exists or `deadline` passes.
   absl::StatusOr<std::string> get(std::string_view key, Deadline deadline);
-  // Adds `delta` to the decimal integer at `key` (missing counts as 0); returns the new value.
+  // Adds `delta` to the integer at `key` (missing counts as 0; the stored text read as
+  // std::stoll reads it, as c10d's servers do); returns the new value.
   absl::StatusOr<int64_t> add(std::string_view key, int64_t delta);
   // c10d's compare_set: returns the value stored afterwards (see store.proto for the
   // missing-key case).

@@ -101,7 +101,8 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   size_t bufferedInput() const { return bufferedInput_; }
 
   // BARRIER's parked ranks (the loop's thread only), by namespace and key: each is answered
-  // when an ADD or BARRIER through the front brings the key's count to its world size.
+  // when a SET, ADD or BARRIER through the front brings the key's count to its world size (as
+  // torch's classic server does: a set of "9" lets a barrier of 5 through).
   struct ParkedBarrier {
     int64_t worldSize;
     std::weak_ptr<Connection> connection;
@@ -112,6 +113,9 @@ class TcpStoreFront::Impl : public std::enable_shared_from_this<TcpStoreFront::I
   }
   void unparkBarrier(const std::string& where, const Connection* c);
   void counted(const std::string& where, int64_t count);
+  bool anyBarrier() const { return !barriers_.empty(); }
+  // Barriers parked in a namespace that is dropped (a finished round) stay until their rank
+  // times out or goes: launch stops an old round's workers before it starts the next.
 
   std::shared_ptr<MemoryStore> memory_;
   FrontOptions options_;
@@ -288,6 +292,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       case Op::kSet:
         keyValue(req, req.mutable_set(), q);
+        if (!closed_ && front_->anyBarrier()) {  // a count set outright lets barriers through too
+          int64_t count = 0;
+          if (leadingInteger(q.values[0], count) == Leading::kNumber) {
+            front_->counted(barrierPlace(req.set().key()), count);
+          }
+        }
         return;
       case Op::kAppend:
         keyValue(req, req.mutable_append(), q);
@@ -343,7 +353,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto r = now(req);
         if (failed(r, q.op)) return;
         tcpstore::putI64(out_, r.number());
-        front_->counted(barrierPlace(op->key()), r.number());
+        if (front_->anyBarrier()) front_->counted(barrierPlace(op->key()), r.number());
         return;
       }
       case Op::kBarrier:
@@ -459,7 +469,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // torch 2.14's BARRIER, as its servers do it: the key counts arrivals (an ADD of 1), and the
   // rank is answered STOP_WAITING once the count reaches the world size: at once when its own
   // arrival got it there (or past: the count is never reset, so a key used again lets every
-  // later arrival through), else when a later ADD or BARRIER through the front does. Its
+  // later arrival through), else when a later SET, ADD or BARRIER through the front does. Its
   // client gives up with CANCEL_WAIT at its timeout, which withdraws it as it does a WAIT.
   void barrier(const tcpstore::Request& q) {
     withdrawWait();
@@ -616,10 +626,10 @@ void TcpStoreFront::Impl::counted(const std::string& where, int64_t count) {
   auto it = barriers_.find(where);
   if (it == barriers_.end()) return;
   std::vector<ParkedBarrier> through;
-  std::erase_if(it->second, [&](ParkedBarrier& p) {
+  std::erase_if(it->second, [&](const ParkedBarrier& p) {
     if (p.connection.expired()) return true;
     if (p.worldSize > count) return false;
-    through.push_back(std::move(p));
+    through.push_back(p);
     return true;
   });
   if (it->second.empty()) barriers_.erase(it);

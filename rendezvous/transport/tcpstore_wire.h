@@ -48,7 +48,7 @@ struct Request {
 // Caps checked while decoding, before anything is allocated: a length over a cap is an error,
 // not a wait for more bytes.
 struct WireLimits {
-  size_t maxKeyBytes = 4096;
+  size_t maxKeyBytes = 8192;
   size_t maxValueBytes = 64u << 20;
   size_t maxKeysPerCall = 16384;
   size_t maxRequestBytes = 256u << 20;  // one whole request (MULTI_SET, WAIT of many keys)

@@ -293,8 +293,12 @@ TEST_F(Front, Torch214BarrierCountsArrivalsAndLetsAllThroughAtTheWorldSize) {
   EXPECT_EQ(a.bytes(), "3");
   b.send({.op = Op::kBarrier, .keys = {"/bk"}, .number = 3});
   EXPECT_EQ(b.recv(1), std::string(1, wire::kStopWaiting)) << "the count is never reset";
-  // An ADD through the front counts too.
+  // An ADD through the front counts too (once a's arrival is counted, as c reads it).
   a.send({.op = Op::kBarrier, .keys = {"/two"}, .number = 2});
+  for (std::string seen; seen != "1";) {
+    c.send({.op = Op::kGet, .keys = {"/two"}});  // GET follows its own WAIT in a real client
+    seen = c.bytes();
+  }
   EXPECT_EQ(a.recv(1, Ms(100)), "");
   c.send({.op = Op::kAdd, .keys = {"/two"}, .number = 1});
   EXPECT_EQ(c.i64(), 2);
@@ -325,7 +329,7 @@ TEST_F(Front, Torch214BarrierCountsArrivalsAndLetsAllThroughAtTheWorldSize) {
   EXPECT_EQ(c.recv(1), std::string(1, wire::kStopWaiting));
   c.send({.op = Op::kSet, .keys = {"/txt"}, .values = {"hello"}});
   c.send({.op = Op::kBarrier, .keys = {"/txt"}, .number = 1});
-  EXPECT_EQ(c.recv(1, Ms(2000)), "") << "closed without an answer";
+  EXPECT_TRUE(c.closedByServer()) << "closed without an answer";
 }
 
 TEST_F(Front, GarbageAbsurdLengthsAndVanishingClientsAreClosedAlone) {

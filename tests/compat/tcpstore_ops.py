@@ -159,6 +159,18 @@ def barriers(connect, out):
     out["barrier_timeout"] = outcome(lambda: ranks[0].barrier("alone", 2, short))
     out["barrier_timeout_count"] = outcome(lambda: ranks[1].get("alone"))
     out["barrier_world_0"] = outcome(lambda: ranks[2].barrier("zero", 0, short))
+    # A parked rank let through by another's add, or by a count set outright.
+    for name, poke in (("add", lambda: ranks[1].add("poked", 1)),
+                       ("set", lambda: ranks[1].set("poked", "9"))):
+        got = {}
+        limit = {"add": 2, "set": 5}[name]  # the count is 1, then 3, when the rank arrives
+        t = threading.Thread(target=lambda: got.setdefault("r", outcome(
+            lambda: ranks[0].barrier("poked", limit, datetime.timedelta(seconds=5)))))
+        t.start()
+        time.sleep(0.3)
+        poke()
+        t.join(10)
+        out[f"barrier_through_{name}"] = got.get("r", "still parked")
 
 
 def long_keys(connect, out):

@@ -90,6 +90,9 @@ class TcpProxy {
         fds.push_back({c.server, POLLIN, 0});
       }
       if (poll(fds.data(), fds.size(), 1000) <= 0) continue;
+      // Only the connections polled above have entries in fds: one accepted below waits for
+      // the next round (indexing fds with it ran past the vector's end: ASan's finding).
+      const size_t polled = conns_.size();
       if (fds[1].revents) (void)!read(wake_[0], buf, sizeof(buf));
       if (fds[0].revents & POLLIN) {
         int client = accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
@@ -103,7 +106,7 @@ class TcpProxy {
           if (server >= 0) close(server);
         }
       }
-      for (size_t i = 0; i < conns_.size(); ++i) {
+      for (size_t i = 0; i < polled; ++i) {
         Conn& c = conns_[i];
         for (int side = 0; side < 2; ++side) {
           const pollfd& p = fds[2 + 2 * i + side];
