@@ -175,6 +175,11 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
   return group;
 }
 
+c10::Device groupDevice(const Group& group, const WorkerEnv& env) {
+  if (group.backend != "nccl") return c10::Device(c10::kCPU);
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.localRank));
+}
+
 void closeGroup(Group& group) {
 #ifdef USE_C10D_NCCL
   if (group.pg && group.backend == "nccl") {

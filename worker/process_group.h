@@ -75,6 +75,10 @@ absl::StatusOr<Group> createProcessGroup(const WorkerEnv& env, const GroupOption
 // crash in its exit handlers); the group is empty after. Safe to call twice; Gloo needs none.
 void closeGroup(Group& group);
 
+// Where the group's tensors live: local rank r's GPU for NCCL (made current when the group was
+// built), else the CPU.
+c10::Device groupDevice(const Group& group, const WorkerEnv& env);
+
 // closeGroup at the end of a scope, whichever way it is left.
 class GroupCloser {
  public:

@@ -2,7 +2,6 @@
 #include "worker/self_check.h"
 
 #include <fmt/format.h>
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -16,18 +15,11 @@ namespace {
 // Each rank reports "ok" or its error under this key; rank 0 reads them all.
 std::string reportKey(int rank) { return fmt::format("muster/selfcheck/{}", rank); }
 
-// The tensors of a check live where the backend works: NCCL on this local rank's GPU.
-torch::TensorOptions where(const std::string& backend, const WorkerEnv& env) {
-  auto o = torch::TensorOptions().dtype(torch::kFloat32);
-  if (backend != "nccl") return o;
-  auto gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
-  return o.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % gpus)));
-}
-
-std::string checkCollectives(Collectives& pg, const std::string& backend, const WorkerEnv& env,
-                             const SelfCheckOptions& options) {
+std::string checkCollectives(const Group& group, const WorkerEnv& env, const SelfCheckOptions& options) {
+  Collectives& pg = *group.pg;
   int n = env.worldSize;
-  auto on = where(backend, env);
+  // The tensors live where the backend works: NCCL's on this local rank's GPU.
+  auto on = torch::TensorOptions().dtype(torch::kFloat32).device(groupDevice(group, env));
   // all_reduce: every rank contributes rank+1; the sum is n(n+1)/2, exact in float.
   auto t = torch::full({options.elements}, static_cast<float>(env.rank + 1), on);
   std::vector<at::Tensor> tensors{t};
@@ -89,7 +81,7 @@ int runSelfCheck(const WorkerEnv& env, const SelfCheckOptions& options) {
   }
   std::string problem;
   try {
-    problem = checkCollectives(*group->pg, group->backend, env, options);
+    problem = checkCollectives(*group, env, options);
     if (problem.empty()) problem = checkChannel(*group, env, options);
   } catch (const std::exception& e) {
     problem = e.what();

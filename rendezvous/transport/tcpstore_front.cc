@@ -294,9 +294,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         keyValue(req, req.mutable_set(), q);
         if (!closed_ && front_->anyBarrier()) {  // a count set outright lets barriers through too
           int64_t count = 0;
-          if (leadingInteger(q.values[0], count) == Leading::kNumber) {
-            front_->counted(barrierPlace(req.set().key()), count);
-          }
+          if (leadingInteger(q.values[0], count) == Leading::kNumber) counted(req.set().key(), count);
         }
         return;
       case Op::kAppend:
@@ -353,7 +351,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto r = now(req);
         if (failed(r, q.op)) return;
         tcpstore::putI64(out_, r.number());
-        if (front_->anyBarrier()) front_->counted(barrierPlace(op->key()), r.number());
+        counted(op->key(), r.number());
         return;
       }
       case Op::kBarrier:
@@ -479,20 +477,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
     op->set_delta(1);
     auto r = now(req);
     if (failed(r, q.op)) return;
-    std::string where = barrierPlace(op->key());
-    front_->counted(where, r.number());
+    counted(op->key(), r.number());
     if (r.number() >= q.number) {
       tcpstore::putU8(out_, tcpstore::kStopWaiting);
       return;
     }
     waiting_ = true;
     waiter_ = MemoryStore::kNotPending;
-    barrierAt_ = where;
-    front_->parkBarrier(where, {q.number, weak_from_this(), ++waitSeq_});
+    barrierAt_ = barrierPlace(op->key());
+    front_->parkBarrier(barrierAt_, {q.number, weak_from_this(), ++waitSeq_});
   }
 
   // The front's table of parked barriers is by namespace and key.
   std::string barrierPlace(const std::string& storeKey) { return ns() + '\0' + storeKey; }
+
+  // A key of this connection's namespace now counts `count`: the barriers it lets through go.
+  void counted(const std::string& storeKey, int64_t count) {
+    if (front_->anyBarrier()) front_->counted(barrierPlace(storeKey), count);
+  }
 
  public:
   // A parked BARRIER's count reached its world size.

@@ -13,6 +13,13 @@ dest=.gpu
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >>.git/info/exclude
 rm -rf "$dest"
 mkdir -p "$dest/lib"
+# Copies into lib/ the shared libraries FILE loads, but the machine's own (glibc's, the
+# compiler's) and its torch's (NCCL, the CUDA runtime), which device_check.sh links in there.
+carry_needs() {  # FILE
+  ldd "$1" | awk '$3 ~ /^\// {print $3}' \
+    | { grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libnccl|libcudart)\.so' || true; } \
+    | while read -r lib; do cp -Ln "$lib" "$dest/lib/"; done
+}
 programs=(launcher/launch worker/nccl_check tests/bench/launch_bench tests/bench/trivial_worker
           tests/integration/worker_test)
 for p in "${programs[@]}"; do
@@ -22,9 +29,7 @@ for p in "${programs[@]}"; do
   depth=$(($(tr -cd / <<<"$p" | wc -c) + 1))
   up=$(printf '../%.0s' $(seq "$depth"))
   patchelf --force-rpath --set-rpath "\$ORIGIN/${up}lib" "$dest/build/$p"
-  ldd "$build/$p" | awk '$3 ~ /^\// {print $3}' \
-    | { grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libnccl|libcudart)\.so' || true; } \
-    | while read -r lib; do cp -Ln "$lib" "$dest/lib/"; done
+  carry_needs "$build/$p"
 done
 cp /usr/local/cuda/lib64/libcudart.so.13 "$dest/lib/libcudart.so.13.debian-build" 2>/dev/null || true
 
@@ -55,9 +60,7 @@ for lib in $(tr ' ' '\n' <"$build/worker/CMakeFiles/worker.dir/link.txt" \
   echo "$soname" >>"$kit/libs"
 done
 for lib in $(cat "$kit/libs"); do  # what those need in turn (found at link time through lib/)
-  ldd "$dest/lib/$lib" | awk '$3 ~ /^\// {print $3}' \
-    | { grep -Ev '/(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s)\.so' || true; } \
-    | while read -r dep; do cp -Ln "$dep" "$dest/lib/"; done
+  carry_needs "$dest/lib/$lib"
 done
 cp "$build"/demo-data/{train,dev,test}.tsv "$kit/data/" 2>/dev/null \
   || "$build/worker/worker" gen-data --out "$kit/data" --train 4000 --dev 500 --test 500 >/dev/null

@@ -146,21 +146,9 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath, const 
                                     configPath, c.distributedWorldSize, env.worldSize));
   }
   if (c.numThreads > 0) at::set_num_threads(c.numThreads);
-  // The GPU of this local rank with NCCL, or the CPU with Gloo (gloo on a GPU: Gloo's CUDA path).
-  bool gpu = backend == "nccl" || (backend == "auto" && c.useCudaIfAvailable &&
-                                   worker::kHaveTorchNccl && worker::gpuForEveryLocalRank(env));
-  if (backend == "auto" && c.useCudaIfAvailable && !gpu && env.rank == 0) {
-    logger()->info("use_cuda_if_available: no GPU with NCCL for each rank of this node (this "
-                   "LibTorch has CUDA: {}); training on the CPU with Gloo",
-                   torch::cuda::is_available() ? "yes" : "no");
-  }
-  std::string groupBackend = backend;
-  if (backend == "auto") groupBackend = gpu && worker::kHaveTorchNccl ? "nccl" : "gloo";
-  torch::Device device(torch::kCPU);
-  if (gpu) {
-    auto gpus = std::max<int64_t>(1, static_cast<int64_t>(torch::cuda::device_count()));
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.localRank % gpus));
-  }
+  // auto: the group's own choice (NCCL on this local rank's GPU where the build and node allow,
+  // else Gloo on the CPU) when use_cuda_if_available holds, else Gloo.
+  std::string groupBackend = backend == "auto" && !c.useCudaIfAvailable ? "gloo" : backend;
   auto train = readTsv(c.trainPath);
   if (!train.ok()) return fail(env, 2, std::string(train.status().message()));
   if (train->empty()) {
@@ -184,6 +172,13 @@ int runTrain(const worker::WorkerEnv& env, const std::string& configPath, const 
   if (!group.ok()) return fail(env, 1, std::string(group.status().message()));
   worker::GroupCloser closer(*group);
   auto& pg = *group->pg;
+  const torch::Device device = worker::groupDevice(*group, env);
+  const bool gpu = device.is_cuda();
+  if (backend == "auto" && c.useCudaIfAvailable && !gpu && env.rank == 0) {
+    logger()->info("use_cuda_if_available: no GPU with NCCL for each rank of this node (this "
+                   "LibTorch has CUDA: {}); training on the CPU with Gloo",
+                   torch::cuda::is_available() ? "yes" : "no");
+  }
   worker::WorkerEnv channelEnv = env;
   if (!c.sharedDir.empty()) channelEnv.sharedDir = c.sharedDir;
   auto channel = worker::SharedDirChannel::create(channelEnv, group->store);
