@@ -283,6 +283,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void handle(const tcpstore::Request& q) {
+    // A client has one request in flight: one that asks anything but CANCEL_WAIT while its WAIT
+    // or BARRIER is parked gave up on it (1.13 times out without telling the server). Withdrawn
+    // before the request runs, a SET of the waited key does not wake it: torch's server sends
+    // the dead wait's STOP_WAITING there, which the client reads as the start of its next answer
+    // (its next get fails); the front sends nothing, always (it used to, sometimes, by a race
+    // between the posted wake-up and the next WAIT).
+    if (waiting_ && q.op != Op::kCancelWait) withdrawWait();
     pb::StoreRequest req;
     switch (q.op) {
       case Op::kValidate:

@@ -127,6 +127,11 @@ TEST_F(Front, Torch113PythonClientSeesWhatTorchsOwnServerShows) {
   ASSERT_EQ(ours.wait(Ms(120000))->code, 0) << ours.stderrText();
   auto theirs = nlohmann::json::parse(ref.stdoutText());
   auto mine = nlohmann::json::parse(ours.stdoutText());
+  // Kept on purpose (tcpstore_parity.sh says why): a get after a timed-out get and a set of its
+  // key fails on torch 1.13's server, on a stray STOP_WAITING; the front sent none, always.
+  EXPECT_EQ(mine["to_get_same_key"], "x") << mine.dump();
+  mine.erase("to_get_same_key");
+  theirs.erase("to_get_same_key");
   EXPECT_EQ(mine, theirs) << "ours:   " << mine.dump() << "\ntheirs: " << theirs.dump();
   EXPECT_EQ(mine["blocked_get"], "arrived");
   EXPECT_EQ(mine["wait_timeout"], "raised");

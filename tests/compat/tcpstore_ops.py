@@ -9,11 +9,14 @@ Prints one JSON object (or writes it to $TCPSTORE_OPS_OUT): each operation's res
 a failing one the exception's class, so that a test can compare a run against muster's store
 with a run against torch's. With torch 2.x's client, its methods too (append, multi_get/set,
 check, list_keys, queues; wait and get timing out). Every keyed operation on a key of 8,192 bytes
-on the wire, and ADD on stored values that are not plain decimal text.
+on the wire, and ADD on stored values that are not plain decimal text. Then the client calls of
+PyTorch's own store tests (upstream_ports; docs/pytorch-tests.md maps them).
 """
 import datetime
+import inspect
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -90,6 +93,7 @@ def main():
         barriers(connect, out)
     long_keys(connect, out)
     stored_values(connect, out)
+    upstream_ports(connect, out)
     text = json.dumps(out, sort_keys=True)
     if os.environ.get("TCPSTORE_OPS_OUT"):
         with open(os.environ["TCPSTORE_OPS_OUT"], "w") as f:
@@ -159,6 +163,12 @@ def barriers(connect, out):
     out["barrier_timeout"] = outcome(lambda: ranks[0].barrier("alone", 2, short))
     out["barrier_timeout_count"] = outcome(lambda: ranks[1].get("alone"))
     out["barrier_world_0"] = outcome(lambda: ranks[2].barrier("zero", 0, short))
+    # StoreTestBase.test_barrier, TCPStoreTest.test_barrier and test_barrier_with_timeout: a
+    # world of one goes straight through, with the store's timeout and with one of its own.
+    out["barrier_world_1"] = outcome(lambda: ranks[0].barrier("one", 1))
+    out["barrier_world_1_timeout"] = outcome(
+        lambda: ranks[0].barrier("one_timeout", 1, datetime.timedelta(seconds=10)))
+    out["barrier_world_1_count"] = outcome(lambda: ranks[1].get("one"))
     # A parked rank let through by another's add, or by a count set outright.
     for name, poke in (("add", lambda: ranks[1].add("poked", 1)),
                        ("set", lambda: ranks[1].set("poked", "9"))):
@@ -205,6 +215,285 @@ def stored_values(connect, out):
         store = connect()
         store.set("parse", value)
         out[f"add_on_{name}"] = outcome(lambda: store.add("parse", 1))
+
+
+# Ports of PyTorch's own store tests (docs/pytorch-tests.md lists them all): each runs the client
+# calls of the upstream tests it names against the server under test, on bare keys under a prefix
+# of its own ("up<name>/"; launch's front puts bare keys and every /worker/attempt_N of a round in
+# one key space, which the rest of this script uses too). A method that this torch's client lacks
+# reads "raised AttributeError" from either server; a group that needs it records that once and
+# stops.
+def upstream_ports(connect, out):
+    queues(connect, out)
+    clone(connect, out)
+    deleted_key(connect, out)
+    timeout_same_key(connect, out)
+    hammer(connect, out)
+    hammer(connect, out, prefix="testPrefix")
+    set_and_wait_many(connect, out)
+    store_collectives(connect, out)
+    elastic_store_util(connect, out)
+
+
+def ranks_in_threads(connect, n, body, join_s=30):
+    """body(store, rank) for ranks 0..n-1 in threads, each on a client of its own (closed when
+    its thread ends); the ranks' outcomes in rank order ("still running" for one that hangs)."""
+    done = {}
+
+    def run(r):
+        s = connect()
+        done[r] = outcome(lambda: body(s, r))
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_s)
+    return [done.get(r, "still running") for r in range(n)]
+
+
+def queues(connect, out):
+    """StoreTestBase.test_queues, test_queues_nonblocking, test_queues_bidirectional and
+    test_queues_timeout: an absent queue's length; CHECK and WAIT on a queue's key; FIFO order,
+    and empty again once drained; a pop without blocking on an empty queue and on one item; a
+    blocking pop that outlives the store's timeout, and the same client afterwards; two clients
+    (a clone where there is clone()) each blocked on what the other pushes. torch 2.14 built
+    without libuv (Debian's) refuses queues in the client, so there every step reads
+    NotImplementedError from either server."""
+    s = connect()
+    s.set_timeout(datetime.timedelta(seconds=5))
+    fifo = "upq/fifo"
+    out["q_len_absent"] = outcome(lambda: s.queue_len(fifo))
+    if not hasattr(s, "queue_push"):
+        return
+    out["q_check_absent"] = outcome(lambda: s.check([fifo]))
+    out["q_push_two"] = outcome(lambda: [s.queue_push(fifo, "1"), s.queue_push(fifo, "2")])
+    out["q_check_pushed"] = outcome(lambda: s.check([fifo]))
+    out["q_len_two"] = outcome(lambda: s.queue_len(fifo))
+    if not str(out["q_push_two"]).startswith("raised"):
+        out["q_wait"] = outcome(lambda: s.wait([fifo], datetime.timedelta(seconds=5)))
+    out["q_pop_order"] = outcome(lambda: [s.queue_pop(fifo), s.queue_pop(fifo)])
+    out["q_check_drained"] = outcome(lambda: s.check([fifo]))
+    out["q_len_drained"] = outcome(lambda: s.queue_len(fifo))
+    out["q_pop_nonblocking_empty"] = outcome(lambda: s.queue_pop("upq/empty", block=False))
+    out["q_pop_nonblocking"] = outcome(
+        lambda: [s.queue_push("upq/one", "a"), s.queue_pop("upq/one", block=False)][1])
+    short = connect()
+    short.set_timeout(datetime.timedelta(milliseconds=100))
+    started = time.monotonic()
+    out["q_pop_timeout"] = outcome(lambda: short.queue_pop("upq/never"))
+    out["q_pop_timeout_fast"] = time.monotonic() - started < 5
+    out["q_after_pop_timeout"] = outcome(lambda: short.add("upq/n", 1))
+    a = connect()
+    a.set_timeout(datetime.timedelta(seconds=5))
+    b = a.clone() if hasattr(a, "clone") else connect()
+    got = {}
+
+    def first():  # pushes to "to_b", then waits for what b pushes back
+        got["a"] = outcome(lambda: [a.queue_push("upq/to_b", "a1"), a.queue_pop("upq/to_a")][1])
+
+    def second():  # waits for a's item, then answers
+        got["b"] = outcome(lambda: [b.queue_pop("upq/to_b"), b.queue_push("upq/to_a", "b1")][0])
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (second, first)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    out["q_bidirectional"] = [got.get("a", "still parked"), got.get("b", "still parked")]
+
+
+def clone(connect, out):
+    """StoreTestBase.test_clone: clone() is a Store on a connection of its own that sees what
+    the original set, and the other way round; a PrefixStore's clone keeps its prefix. torch
+    2.14's client has it, older ones read AttributeError."""
+    a = connect()
+    a.set("upclone/foo", "bar")
+    out["clone_get"] = outcome(lambda: a.clone().get("upclone/foo"))
+    if not hasattr(a, "clone"):
+        return
+    c = a.clone()
+    out["clone_is_store"] = isinstance(c, dist.Store)
+    out["clone_set_seen"] = outcome(lambda: [c.set("upclone/back", "from clone"),
+                                             a.get("upclone/back")][1])
+    out["clone_prefixed_get"] = outcome(lambda: dist.PrefixStore("upclone", a).clone().get("foo"))
+
+
+def deleted_key(connect, out):
+    """TCPStoreTest.test_numkeys_delkeys (a deleted key is gone: GET times out) and
+    StoreTestBase.test_set_get_check (set, get and delete of a key that starts with '-'): a
+    deleted key reads as absent to CHECK, GET and WAIT, and ADD on it counts from 0 again. The
+    timed-out calls are on a client of their own: torch 1.13's client leaves its waiter on the
+    server, whose wake-up would reach the next answer on that connection (timeout_same_key)."""
+    s, late = connect(), connect()
+    late.set_timeout(datetime.timedelta(milliseconds=100))
+    s.set("updel/k", "v")
+    out["del_present"] = outcome(lambda: s.delete_key("updel/k"))
+    out["del_check"] = outcome(lambda: s.check(["updel/k"]))
+    out["del_get"] = outcome(lambda: late.get("updel/k"))
+    out["del_wait"] = outcome(lambda: late.wait(["updel/k"], datetime.timedelta(milliseconds=100)))
+    out["del_add_from_zero"] = outcome(lambda: s.add("updel/k", 4))
+    out["del_set_again"] = outcome(lambda: [s.set("updel/k", "w"), s.get("updel/k")][1])
+    out["dash_key"] = outcome(lambda: [s.set("-updel", "7"), s.get("-updel")][1])
+    out["dash_key_add"] = outcome(lambda: s.add("-updel", 1))
+    out["dash_key_check"] = outcome(lambda: s.check(["-updel"]))
+    out["dash_key_delete"] = outcome(lambda: s.delete_key("-updel"))
+    out["dash_key_gone"] = outcome(lambda: s.check(["-updel"]))
+
+
+def timeout_same_key(connect, out):
+    """RendezvousTCPTest.test_tcp_store_timeout_doest_break_client (and the message of
+    test_tcp_store_timeout_set): a GET that timed out on a key, then SET and GET of that same key
+    on the same client. torch 2.x's client cancels its wait (CANCEL_WAIT) at the timeout; 1.13's
+    does not, so torch's server still holds the waiter and wakes it on the SET, and that byte
+    comes before the next answer on the connection: 1.13's next get reads it as the start of its
+    answer and fails. launch's front withdraws a parked wait when its client asks anything else
+    (the client gave up on it), so that get returns the value: kept in tcpstore_parity.sh."""
+    s = connect()
+    s.set_timeout(datetime.timedelta(milliseconds=100))
+    started = time.monotonic()
+    try:
+        s.get("upto/the_key")
+        out["to_get"] = "returned"
+    except Exception as e:  # the client's own words (wait timeout after 100ms, keys: ...)
+        out["to_get"] = "raised " + type(e).__name__
+        out["to_get_message"] = str(e).splitlines()[0] if str(e) else ""
+    out["to_get_fast"] = time.monotonic() - started < 10
+    # Upstream keeps 100 ms; more here, so that a slow answer reads as what it says, not as a
+    # timeout (1.13's client then waits this long for the rest of a length that is garbled).
+    s.set_timeout(datetime.timedelta(milliseconds=500))
+    out["to_set_same_key"] = outcome(lambda: s.set("upto/the_key", "x"))
+    out["to_get_same_key"] = outcome(lambda: s.get("upto/the_key"))
+    out["to_then_add"] = outcome(lambda: s.add("upto/n", 1))
+    out["to_then_check"] = outcome(lambda: s.check(["upto/the_key"]))
+
+
+def hammer(connect, out, prefix=None, clients=16, rounds=100):
+    """TCPStoreTest.cpp's testHelper (prefix None) and testHelperPrefix ("testPrefix"): 16
+    clients at once each ADD 1 to one counter and SET then GET a key of their own, over and over;
+    then, from another client, the counter and every key, the same once the 16 are gone,
+    COMPARE_SET that misses and that hits, and DELETE of a key there and of one never set."""
+    name = "uphammer_prefixed" if prefix else "uphammer"
+
+    def wrap(s):
+        return dist.PrefixStore(prefix, s) if prefix else s
+
+    def body(s, i):
+        s = wrap(s)
+        for _ in range(rounds):
+            s.add(f"{name}/counter", 1)
+        wrong = 0
+        for j in range(rounds):
+            s.set(f"{name}/thread_{i}", f"val_{j}")
+            wrong += s.get(f"{name}/thread_{i}") != f"val_{j}".encode()
+        return wrong
+
+    out[f"{name}_wrong_reads"] = ranks_in_threads(connect, clients, body, join_s=60)
+    reader = wrap(connect())
+    out[f"{name}_counter"] = outcome(lambda: reader.get(f"{name}/counter"))
+    out[f"{name}_values"] = outcome(
+        lambda: [reader.get(f"{name}/thread_{i}") for i in range(clients)])
+    # The 16 clients closed with their threads; one more client still reads their data.
+    out[f"{name}_after_disconnect"] = outcome(
+        lambda: [wrap(connect()).get(f"{name}/counter"), wrap(connect()).get(f"{name}/thread_3")])
+    out[f"{name}_compare_set"] = outcome(
+        lambda: [reader.compare_set(f"{name}/thread_0", "wrong", "new"),
+                 reader.compare_set(f"{name}/thread_0", f"val_{rounds - 1}", "new")])
+    out[f"{name}_delete"] = outcome(lambda: [reader.delete_key(f"{name}/thread_0"),
+                                             reader.delete_key(f"{name}/badKeyName")])
+
+
+def set_and_wait_many(connect, out, n=64):
+    """TCPStoreTest.cpp's testLibUVSetAndWait (128 clients there): n clients each SET a key of
+    their own, then each WAITs for all n keys."""
+    keys = [f"upmany/k_{j}" for j in range(n)]
+
+    def body(s, i):
+        s.set(keys[i], f"v_{i}")
+        s.wait(keys, datetime.timedelta(seconds=30))
+        return "through"
+
+    got = ranks_in_threads(connect, n, body, join_s=60)
+    out["many_through"] = sum(r == "through" for r in got)
+    out["many_other"] = sorted({str(r) for r in got if r != "through"})
+
+
+def store_collectives(connect, out):
+    """test_control_collectives.py's TestCollectives (on a HashStore there), where the torch has
+    dist._StoreCollectives (2.6 here): barrier, broadcast, gather, scatter, all_sum and a barrier
+    then all_sum (test_simple_user_func), each rank on a client of its own; then each *_timeout
+    with rank 1 of 4 alone: the exception's class, and the missing ranks that it found by CHECK."""
+    out["cc_available"] = hasattr(dist, "_StoreCollectives")
+    if not out["cc_available"]:
+        return
+    ample = datetime.timedelta(seconds=10)
+
+    def ranks(n, f):
+        return ranks_in_threads(connect, n, lambda s, r: f(dist._StoreCollectives(s, r, n), r))
+
+    out["cc_barrier"] = ranks(2, lambda c, r: c.barrier("upcc/barrier", ample, True))
+    out["cc_broadcast"] = ranks(4, lambda c, r: c.broadcast_send("upcc/bc", "data", ample)
+                                if r == 2 else c.broadcast_recv("upcc/bc", ample))
+    out["cc_gather"] = ranks(4, lambda c, r: c.gather_recv("upcc/gather", str(r), ample)
+                             if r == 2 else c.gather_send("upcc/gather", str(r), ample))
+    out["cc_scatter"] = ranks(4, lambda c, r: c.scatter_send(
+        "upcc/scatter", [str(i) for i in range(4)], ample) if r == 2
+        else c.scatter_recv("upcc/scatter", ample))
+    out["cc_all_sum"] = ranks(4, lambda c, r: c.all_sum("upcc/sum", r, ample))
+    out["cc_user_func"] = ranks(4, lambda c, r: [c.barrier("upcc/user_b", ample, True),
+                                                 c.all_sum("upcc/user_sum", r, ample)][1])
+    short = datetime.timedelta(milliseconds=100)
+
+    def alone(call):
+        try:
+            call(dist._StoreCollectives(connect(), 1, 4))
+            return "returned"
+        except Exception as e:
+            found = re.search(r"missing ranks: ((?:\d+, )*)", str(e))
+            return ["raised " + type(e).__name__, found.group(1) if found else None]
+
+    out["cc_broadcast_timeout"] = alone(lambda c: c.broadcast_recv("upcc/t_bc", short))
+    out["cc_gather_timeout"] = alone(lambda c: c.gather_recv("upcc/t_gather", "x", short))
+    out["cc_scatter_timeout"] = alone(lambda c: c.scatter_recv("upcc/t_scatter", short))
+    out["cc_all_gather_timeout"] = alone(lambda c: c.all_gather("upcc/t_all_gather", "x", short))
+    out["cc_barrier_timeout"] = alone(lambda c: c.barrier("upcc/t_barrier", short, True))
+    out["cc_all_sum_timeout"] = alone(lambda c: c.all_sum("upcc/t_sum", 1, short))
+
+
+def elastic_store_util(connect, out):
+    """util_test.py's StoreUtilTest.test_synchronize_hash_store, test_barrier_hash_store and
+    test_barrier_timeout_rank_tracing (on a HashStore there): torch.distributed.elastic.utils.store
+    as this torch has it (1.13: GET and a ".FIN" key per rank; 2.x: MULTI_GET and an ADD-counted
+    barrier), four ranks each on a client of its own; then 2 of 3 ranks in a barrier that times
+    out, rank 0 naming the missing rank 2 and rank 1 pointing at rank 0 (2.x only)."""
+    import torch.distributed.elastic.utils.store as store_util
+    params = list(inspect.signature(store_util.barrier).parameters)
+    # The timeouts by position: 1.13 names synchronize's barrier_timeout, 2.x timeout.
+    out["su_synchronize"] = ranks_in_threads(connect, 4, lambda s, r: store_util.synchronize(
+        s, f"data{r}".encode(), r, 4, "upsu/sync/", 20))
+    if params[1] == "rank":  # 1.13: barrier(store, rank, world_size, key_prefix, barrier_timeout)
+        out["su_barrier"] = ranks_in_threads(
+            connect, 4, lambda s, r: store_util.barrier(s, r, 4, "upsu/barrier/", 20))
+    else:
+        out["su_barrier"] = ranks_in_threads(
+            connect, 4, lambda s, r: store_util.barrier(s, 4, "upsu/barrier/", 20))
+    if "rank_tracing_decoder" not in params:
+        return
+    # Rank 0 waits trace_timeout for each rank's trace key, then sets the gate, which rank 1
+    # waits for within barrier_timeout: the two start together so that both hold.
+    start = threading.Barrier(2)
+
+    def traced(s, r):
+        start.wait(10)
+        try:
+            store_util.barrier(s, 3, "upsu/traced/", barrier_timeout=0.5, rank=r,
+                               rank_tracing_decoder=lambda x: f"Rank {x} host", trace_timeout=0.2)
+            return "returned"
+        except Exception as e:
+            return ["raised " + type(e).__name__, "missing_ranks=[Rank 2 host]" in str(e),
+                    "check rank 0 (Rank 0 host) for missing rank info" in str(e)]
+
+    out["su_barrier_traced"] = ranks_in_threads(connect, 2, traced)
 
 
 if __name__ == "__main__":
