@@ -30,7 +30,7 @@ test_packages=(
   libgtest-dev libgmock-dev python3-venv python3-setuptools help2man dpkg-dev file xz-utils
   mmdebstrap podman runc slurm-wlm munge python3-yaml systemd sshfs openssh-sftp-server
   prometheus gdb bc etcd-server etcd-client golang-etcd-server-dev python3-etcd iptables tmux
-  stress-ng
+  stress-ng clang-14 libclang-rt-14-dev
 )
 packages=("${build_packages[@]}")
 if ((!demo)); then packages+=("${test_packages[@]}"); fi

@@ -39,15 +39,22 @@ std::string errnoText(int err) {
 
 namespace {
 
+// The child's code runs on its own small stack in launch's memory, with launch's thread's
+// thread-local state, until it execs: a sanitizer's bookkeeping there would be the parent
+// thread's (ASan's stack bounds and fake frames: "ASan is ignoring requested
+// __asan_handle_no_return" under tests/sanitize.sh), so none of it is instrumented.
+#define MUSTER_CHILD_CODE __attribute__((no_sanitize("address", "undefined", "thread"), noinline))
+
 // In the child: makes `from` the descriptor `to`, kept across exec.
-bool moveTo(int from, int to) {
+MUSTER_CHILD_CODE bool moveTo(int from, int to) {
   if (from == to) return fcntl(to, F_SETFD, 0) == 0;
   return dup2(from, to) == to;
 }
 
 // What the child gets, and where it says why exec did not happen.
 struct ChildArgs {
-  const SpawnRequest* request;
+  const char* path;      // plain values: the child calls none of the request's (instrumented)
+  const rlimit* files;   // member functions
   char* const* argv;
   char* const* envp;
   int in, out, err;
@@ -56,18 +63,16 @@ struct ChildArgs {
 };
 
 // Says why exec did not happen, and ends the child.
-[[noreturn]] void failChild(ChildArgs& a, int e) {
+[[noreturn]] MUSTER_CHILD_CODE void failChild(ChildArgs& a, int e) {
   a.execErr = e;
   _exit(127);
 }
 
-[[noreturn]] void child(ChildArgs& a) {
-  const SpawnRequest& r = *a.request;
+[[noreturn]] MUSTER_CHILD_CODE void child(ChildArgs& a) {
   int in = a.in, out = a.out, err = a.err;
   pid_t parent = a.parent;
   char* const* argv = a.argv;
   char* const* envp = a.envp;
-  auto fail = [&a](int e) { failChild(a, e); };
   // Every disposition to the default, through the kernel's call: glibc's sigaction refuses
   // its own signals (32, 33), and an ignored one is inherited across exec.
   struct {
@@ -79,32 +84,32 @@ struct ChildArgs {
   for (int s = 1; s < NSIG; ++s) {
     if (s != SIGKILL && s != SIGSTOP) syscall(SYS_rt_sigaction, s, &dfl, nullptr, sizeof(dfl.mask));
   }
-  if (setpgid(0, 0) != 0) fail(errno);
+  if (setpgid(0, 0) != 0) failChild(a, errno);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // launch died before the death signal was armed
-  if (r.files) setrlimit(RLIMIT_NOFILE, &*r.files);
+  if (a.files) setrlimit(RLIMIT_NOFILE, a.files);
   // The three targets may be among the sources: move them above 2 first.
   int fds[3] = {in, out, err};
   for (int& fd : fds) {
     if (fd <= 2) {
       int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-      if (copy < 0) fail(errno);
+      if (copy < 0) failChild(a, errno);
       fd = copy;
     }
   }
   for (int target = 0; target < 3; ++target) {
-    if (!moveTo(fds[target], target)) fail(errno);
+    if (!moveTo(fds[target], target)) failChild(a, errno);
   }
   // Nothing else crosses exec (as Python's subprocess, torchrun's, with close_fds).
   close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(r.path.c_str(), argv, envp);
+  execve(a.path, argv, envp);
   failChild(a, errno);
 }
 
-int childMain(void* args) { child(*static_cast<ChildArgs*>(args)); }
+MUSTER_CHILD_CODE int childMain(void* args) { child(*static_cast<ChildArgs*>(args)); }
 
 // The child's stack: what child() and execve's wrapper need (with a first call's lazy binding,
 // about 12 KiB), with room to spare; below it a page that faults rather than let an overflow
@@ -144,7 +149,7 @@ absl::StatusOr<pid_t> spawnProcess(const SpawnRequest& r) {
     return error("mmap", e);
   }
   mprotect(stack, kGuard, PROT_NONE);
-  ChildArgs args{&r, argv.data(), envp.data(), pick(r.stdinFd), pick(r.stdoutFd), pick(r.stderrFd),
+  ChildArgs args{r.path.c_str(), r.files ? &*r.files : nullptr, argv.data(), envp.data(), pick(r.stdinFd), pick(r.stdoutFd), pick(r.stderrFd),
                  getpid(), 0};
   sigset_t old;
   blockEverySignal(&old);

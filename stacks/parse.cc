@@ -16,6 +16,39 @@ namespace muster::stacks {
 
 namespace {
 
+// `text` with every byte that does not belong to a well-formed UTF-8 sequence replaced by
+// U+FFFD. A dump is a process's bytes: the kernel cuts a thread's name at 15 bytes, mid-character
+// if need be, and file names are whatever the file system holds; the report and the JSON sent to
+// the rendezvous must be text (nlohmann's dump() throws on anything else).
+std::string validUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+  auto continuation = [&](size_t i) { return i < text.size() && (byte(i) & 0xC0) == 0x80; };
+  for (size_t i = 0; i < text.size();) {
+    unsigned char c = byte(i);
+    size_t n = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    bool ok = n != 0;
+    for (size_t k = 1; ok && k < n; ++k) ok = continuation(i + k);
+    if (ok && n == 3) {  // no overlong forms, no surrogates
+      unsigned char d = byte(i + 1);
+      ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d > 0x9F);
+    }
+    if (ok && n == 4) {  // no overlong forms, nothing past U+10FFFF
+      unsigned char d = byte(i + 1);
+      ok = !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d > 0x8F);
+    }
+    if (ok) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += 1;
+    }
+  }
+  return out;
+}
+
 std::string demangle(const std::string& name) {
   if (name.rfind("_Z", 0) != 0) return name;
   int status = 0;
@@ -94,6 +127,13 @@ std::vector<Thread> parseDump(std::string_view text) {
       t.note = std::string(absl::StripPrefix(line, "  "));
     } else if (line.rfind("  ", 0) != 0 && nativeFrame(line, f)) {
       t.frames.push_back(std::move(f));
+    }
+  }
+  // Every field text, whatever bytes the dump held (the demangler copies a name's bytes too).
+  for (auto& t : threads) {
+    for (std::string* field : {&t.id, &t.name, &t.note}) *field = validUtf8(*field);
+    for (auto& f : t.frames) {
+      for (std::string* field : {&f.function, &f.file, &f.offset}) *field = validUtf8(*field);
     }
   }
   return threads;

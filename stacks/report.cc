@@ -1,5 +1,6 @@
 // groupRanks, the summary and the whole report, and their JSON.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -172,15 +173,33 @@ nlohmann::json toJson(const std::vector<RankStacks>& ranks) {
   return out;
 }
 
+namespace {
+// An int field as toJson writes it: a JSON integer within int's range. nlohmann's get<int>
+// converts a float (1e300) or a larger integer with a cast, undefined out of range (UBSan,
+// fuzz/stacks).
+int intAt(const nlohmann::json& j, const char* key) {
+  const auto& v = j.at(key);
+  if (!v.is_number_integer()) {
+    throw nlohmann::json::type_error::create(302, fmt::format("'{}' is not an integer", key), &v);
+  }
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                             : (v.get<int64_t>() < std::numeric_limits<int>::min() ||
+                                v.get<int64_t>() > std::numeric_limits<int>::max())) {
+    throw nlohmann::json::out_of_range::create(406, fmt::format("'{}' is out of range", key), &v);
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+}  // namespace
+
 std::vector<RankStacks> fromJson(const nlohmann::json& json) {
   std::vector<RankStacks> out;
   for (const auto& j : json) {
     RankStacks r;
-    r.rank = j.at("rank").get<int>();
-    r.localRank = j.at("local_rank").get<int>();
-    r.pid = j.at("pid").get<pid_t>();
+    r.rank = intAt(j, "rank");
+    r.localRank = intAt(j, "local_rank");
+    r.pid = intAt(j, "pid");
     r.host = j.at("host").get<std::string>();
-    int answer = j.at("answer").get<int>();
+    int answer = intAt(j, "answer");
     if (answer < 0 || answer > static_cast<int>(Answer::kGone)) {
       throw nlohmann::json::other_error::create(501, "unknown answer", &j);
     }
@@ -197,7 +216,7 @@ std::vector<RankStacks> fromJson(const nlohmann::json& json) {
         Frame f;
         f.function = jf.at("function").get<std::string>();
         f.file = jf.at("file").get<std::string>();
-        f.line = jf.at("line").get<int>();
+        f.line = intAt(jf, "line");
         f.offset = jf.at("offset").get<std::string>();
         f.native = jf.at("native").get<bool>();
         t.frames.push_back(std::move(f));

@@ -136,9 +136,42 @@ TEST(Stacks, JsonRoundTrips) {
   ASSERT_EQ(back.size(), 2u);
   EXPECT_EQ(toJson(back), toJson(ranks));
   EXPECT_THROW(fromJson(nlohmann::json::parse(R"([{"rank": 1}])")), nlohmann::json::exception);
+  // Numbers that are not ints (found by fuzz/stacks: get<int> cast 1e300, undefined behaviour).
+  for (const char* number : {"1e300", "1.5", "4294967296", "-2147483649", "18446744073709551615"}) {
+    std::string text = std::string(R"([{"rank":)") + number +
+                       R"(,"local_rank":0,"pid":1,"host":"","answer":0,"kind":"","state":"","threads":[]}])";
+    EXPECT_THROW(fromJson(nlohmann::json::parse(text)), nlohmann::json::exception) << number;
+  }
   EXPECT_THROW(fromJson(nlohmann::json::parse(
                    R"([{"rank":1,"local_rank":0,"pid":1,"host":"","answer":9,"kind":"","state":"","threads":[]}])")),
                nlohmann::json::exception);
+}
+
+// Found by fuzz/stacks_fuzz: a native thread's name as the kernel keeps it (15 bytes, cut
+// mid-character) made toJson(...).dump() throw, and launch sends that JSON to the rendezvous
+// from its event loop when a roll-call is asked through it. Bytes that are not UTF-8 read as
+// U+FFFD, in names, files and functions (a mangled name's bytes come through the demangler).
+TEST(Stacks, BytesThatAreNotUtf8ReadAsTheReplacementCharacter) {
+  std::string dump =
+      "muster-stacks pid=5 native\n"
+      "Thread 5 (loader-gl\xC3\xB6\xC3) current:\n"
+      "/opt/m\xFF/worker(_Z1\xC3v+0x1e)[0x55d0c2f1a2b3]\n"
+      "/opt/ok/worker(\xED\xA0\x80+0x2)[0x55d0c2f1a2b4]\n"
+      "muster-stacks end\n";
+  auto threads = parseDump(dump);
+  ASSERT_EQ(threads.size(), 1u);
+  EXPECT_EQ(threads[0].name, "loader-gl\xC3\xB6\xEF\xBF\xBD");
+  ASSERT_EQ(threads[0].frames.size(), 2u);
+  EXPECT_EQ(threads[0].frames[0].file, "/opt/m\xEF\xBF\xBD/worker");
+  EXPECT_EQ(threads[0].frames[1].function, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate is not UTF-8
+  RankStacks r = rank(0, "");
+  r.threads = threads;
+  std::string wire;
+  ASSERT_NO_THROW(wire = toJson({r}).dump());
+  auto back = fromJson(nlohmann::json::parse(wire));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].threads[0].name, threads[0].name);
+  EXPECT_NE(fullReport({r}, "test").find("loader-gl\xC3\xB6\xEF\xBF\xBD"), std::string::npos);
 }
 
 }  // namespace

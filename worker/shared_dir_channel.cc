@@ -301,7 +301,9 @@ absl::Status SharedDirChannel::publish(const std::string& name, const Payload& p
   h.checksum = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   std::memcpy(head.data(), &h, sizeof(h));
-  std::memcpy(head.data() + sizeof(h), p.shape.data(), 8 * p.shape.size());
+  // A 0-dim tensor's shape is empty, and its data() may be null, which memcpy may not take
+  // even for no bytes (UBSan, tests/sanitize.sh).
+  if (!p.shape.empty()) std::memcpy(head.data() + sizeof(h), p.shape.data(), 8 * p.shape.size());
   h.headerChecksum = XXH3_64bits(head.data(), head.size());
   std::memcpy(head.data(), &h, sizeof(h));
   ok = ok && pwrite(fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size());
@@ -421,7 +423,7 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   r.kind = static_cast<Kind>(h.kind);
   r.dtype = static_cast<at::ScalarType>(h.dtype);
   r.shape.resize(h.ndim);
-  std::memcpy(r.shape.data(), static_cast<const char*>(mapping->base) + sizeof(h), 8 * h.ndim);
+  if (h.ndim > 0) std::memcpy(r.shape.data(), static_cast<const char*>(mapping->base) + sizeof(h), 8 * h.ndim);
   int64_t elements = 1;
   for (int64_t d : r.shape) {
     if (d < 0) return bad(fmt::format("its shape has a negative dimension ({})", d));

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+
 #include "common/log.h"
 
 namespace muster::rendezvous {
@@ -293,11 +296,24 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
     std::sort(joined.begin(), joined.end(),
               [](const Pending& a, const Pending& b) { return a.node.wanted_rank() < b.node.wanted_rank(); });
   }
+  // Ranks are int32 on the wire: a round whose nodes' local world sizes add up past that is
+  // refused to every node (found by fuzz/rendezvous_state: the sum overflowed).
+  int64_t ranks = 0;
+  for (const auto& p : joined) ranks += p.node.local_world_size();
+  if (ranks > std::numeric_limits<int32_t>::max()) {
+    auto why = absl::InvalidArgumentError(
+        fmt::format("run '{}': the nodes' local world sizes add up to {} ranks, more than 2^31-1", runId, ranks));
+    for (auto& p : joined) {
+      joinRuns_.erase(p.id);
+      actions.push_back([done = std::move(p.done), why]() mutable { done(why); });
+    }
+    noteIfIdle(runId, run);
+    return;
+  }
   pb::Assignment base;
   base.set_round(run.round);
   base.set_group_world_size(static_cast<int>(joined.size()));
-  int world = 0;
-  for (const auto& p : joined) world += p.node.local_world_size();
+  int world = static_cast<int>(ranks);
   base.set_world_size(world);
   run.worldSize = world;
   base.set_master_addr(joined.front().node.host());

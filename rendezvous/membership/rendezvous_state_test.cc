@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <limits>
 #include <thread>
 
 namespace muster::rendezvous {
@@ -166,6 +167,31 @@ TEST(Joins, TwoNodesClaimingOneNodeRankAreBothRefused) {
   auto thief = joinNow(state, joinRequest("ranked", "c", 2, 1));
   EXPECT_EQ(thief.status().code(), absl::StatusCode::kAlreadyExists) << thief.status();
   EXPECT_NE(thief.status().message().find("(running)"), std::string::npos) << thief.status();
+}
+
+// Found by fuzz/rendezvous_state: two nodes of 2^31-1 local ranks each overflowed the round's
+// world size and the second node's rank offset (signed int). Such a round is refused to every
+// node, and the run takes a sane round afterwards.
+TEST(Joins, ARoundOfMoreThanTwoToThe31RanksIsRefusedToEveryNode) {
+  RendezvousState state;
+  auto huge = [](const std::string& node) {
+    auto r = joinRequest("big", node, 2);
+    r.mutable_node()->set_local_world_size(std::numeric_limits<int32_t>::max());
+    return r;
+  };
+  auto a = startJoin(state, huge("a"));
+  auto b = startJoin(state, huge("b"));
+  for (auto* j : {a.get(), b.get()}) {
+    auto r = j->get();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("add up to 4294967294 ranks"), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(state.pendingJoins(), 0u);
+  auto c = startJoin(state, joinRequest("big", "c", 2));
+  auto d = startJoin(state, joinRequest("big", "d", 2));
+  auto rc = c->get(), rd = d->get();
+  ASSERT_TRUE(rc.ok() && rd.ok()) << rc.status() << rd.status();
+  EXPECT_EQ(rc->world_size(), 2);
 }
 
 TEST(Joins, JoinsThatTimeOutNameWhoWasThereBriefly) {

@@ -425,7 +425,8 @@ TEST(Rendezvousd, AGigabyteCallWithoutTheTokenCostsTheDaemonLittleMemory) {
   std::ofstream(token) << "let-me-in\n";
   constexpr size_t kMiB = size_t{1} << 20;
   Daemon d({"--token-file", token.string(), "--max-value-bytes", std::to_string(16 * kMiB), "--max-keys-per-call", "1024",
-            "--max-inflight-bytes", std::to_string(64 * kMiB)});
+            "--max-inflight-bytes", std::to_string(64 * kMiB)},
+           testing::measuredMemoryPrefix());
   ASSERT_GT(d.port, 0) << d.child->stderrText();
   size_t before = testing::memoryBytes(d.child->pid(), "VmHWM");
   constexpr size_t kGigabyte = size_t{1} << 30;
@@ -499,6 +500,7 @@ TEST(Rendezvousd, MetricsAreScrapedOverHttpAndPassPromtool) {
   EXPECT_EQ(testing::metricValue(text, "muster_rejected_calls_total{reason=\"job_quota\"}"), 1.0) << text;
   EXPECT_EQ(testing::metricValue(text, "muster_rendezvous_runs{state=\"active\"}"), 0.0) << text;
   EXPECT_GT(testing::metricValue(text, "process_resident_memory_bytes").value_or(0), 0.0) << text;
+  EXPECT_GT(testing::metricValue(text, "muster_heap_bytes").value_or(0), 0.0) << text;
   EXPECT_GT(testing::metricValue(text, "process_max_fds").value_or(0), 0.0) << text;
 
   EXPECT_EQ(testing::httpGet(metricsPort, "/secrets").rfind("HTTP/1.1 404", 0), 0u);

@@ -167,7 +167,11 @@ TEST_F(Status, AFailedRankShowsItsExitAndTheRestartsLeft) {
   auto s = statusUntil([](const json& s) {
     return s["run"]["round"] == 1 && everyRankReported(s, 4) && s["run"]["state"] == "RUNNING";
   });
-  ASSERT_EQ(s["run"]["round"], 1) << s.dump(2) << a.stderrText() << b.stderrText();
+  // What both nodes said so far (a running child's output is read only when asked).
+  a.drain();
+  b.drain();
+  ASSERT_EQ(s["run"]["round"], 1) << s.dump(2) << "\nnode 0:\n" << a.stderrText() << "\nnode 1:\n" << b.stderrText()
+                                   << "\nlast status: " << ctl({"status", "--run=live", "--json"}).second;
   for (const auto& node : s["nodes"]) EXPECT_EQ(node["status"]["restarts_left"], 0) << node.dump();
   std::ofstream(dir_ / "go") << "";
   EXPECT_EQ(a.wait(kRun)->code, 0) << a.stderrText();

@@ -1,0 +1,71 @@
+// One loopback connection per fuzz input, for the targets whose parser only reads a socket
+// (launch's TCPStore front, rendezvousd's direct path): the input is sent while the answers are
+// read, then the connection is half-closed and read to its end. A connection the server leaves
+// open (a WAIT parked for a key nobody sets) is reset after `idleMs` without a byte. SO_LINGER 0:
+// the reset leaves no TIME_WAIT, which thousands of inputs a second would pile up.
+#pragma once
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace muster::fuzz {
+
+// `finished`, when given, says from the bytes received so far that the server has said its last.
+inline std::string exchange(int port, std::string_view input, int idleMs = 50,
+                            const std::function<bool(const std::string&)>& finished = nullptr) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) __builtin_trap();
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) __builtin_trap();
+  linger l{1, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+  std::string got;
+  size_t sent = 0;
+  bool halfClosed = false;
+  char buf[65536];
+  for (;;) {
+    if (sent == input.size() && !halfClosed) {
+      ::shutdown(s, SHUT_WR);
+      halfClosed = true;
+    }
+    pollfd p{s, static_cast<short>(POLLIN | (sent < input.size() ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, idleMs) <= 0) break;  // the server holds the connection: reset it
+    if ((p.revents & POLLOUT) && sent < input.size()) {
+      ssize_t k = ::send(s, input.data() + sent, input.size() - sent, MSG_NOSIGNAL);
+      if (k > 0) sent += static_cast<size_t>(k);
+      if (k < 0) sent = input.size();  // reset by the server: read what it said
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t k = ::recv(s, buf, sizeof buf, 0);
+      if (k <= 0) break;
+      got.append(buf, static_cast<size_t>(k));
+      if (finished && finished(got)) break;
+    }
+  }
+  ::close(s);
+  return got;
+}
+
+// Waits up to `limitMs` for `done`; false if it never held.
+inline bool eventually(const std::function<bool()>& done, int limitMs = 5000) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+}  // namespace muster::fuzz
