@@ -400,8 +400,10 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
     auto s = f.apply(o, it->second);
     o.given.insert(f.names[0]);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          fmt::format("{} (from {}={})", std::string(s.message()), f.pet, it->second));
+      // The variable's value as given, cut: the message is one line, however long the value.
+      const std::string& v = it->second;
+      return absl::InvalidArgumentError(fmt::format("{} (from {}={}{})", std::string(s.message()), f.pet,
+                                                    v.substr(0, 64), v.size() > 64 ? "..." : ""));
     }
   }
   size_t i = 0;

@@ -60,6 +60,12 @@ TEST(LaunchOptions, OneNodeWithoutAPortIsStandaloneAsInTorchrun214) {
   EXPECT_EQ(parse({"--legacy_launch=1.13", "train.py"}).torchrun.str(), "1.13");
   EXPECT_EQ(parse({"--legacy_launch=1.13", "--torchrun_version=2.14", "train.py"}).torchrun.str(), "2.14");
   EXPECT_EQ(parse({"train.py"}, {{"MUSTER_TORCHRUN_VERSION", "1.13.0a0"}}).torchrun.str(), "1.13");
+  // A version of 100 KB was a stack overflow in std::regex (SIGSEGV); now one line.
+  std::string huge = "2.6.0+" + std::string(100000, 'a');
+  std::string said = error({"train.py"}, {{"MUSTER_TORCHRUN_VERSION", huge}});
+  EXPECT_NE(said.find("100006 characters; a torch version is at most 128"), std::string::npos) << said;
+  EXPECT_LT(said.size(), 400u) << said;
+  EXPECT_NE(error({"--torchrun_version=2." + std::string(100000, '1'), "train.py"}).find("at most 128"), std::string::npos);
 }
 
 TEST(LaunchOptions, DefaultsAreTorchrunsDefaults) {

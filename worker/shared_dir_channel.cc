@@ -429,7 +429,12 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
     if (d < 0) return bad(fmt::format("its shape has a negative dimension ({})", d));
     if (__builtin_mul_overflow(elements, d, &elements)) return bad("its shape's element count overflows");
   }
-  if (r.kind == kTensor) {
+  // Every file's dtype and shape must add up to its length, whatever its kind (bytes are
+  // written as uint8 of their length): recv() of a file whose header said bytes, or another
+  // kind, skipped this and made a tensor of the header's dtype and shape over a shorter mapping
+  // (found reading the channel for the fuzz targets).
+  if (r.kind != kTensor && r.kind != kBytes) return bad(fmt::format("unknown payload kind {}", h.kind));
+  {
     if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
       return bad(fmt::format("unknown dtype code {}", h.dtype));
     }

@@ -196,8 +196,8 @@ TEST_F(ChannelTest, CorruptedFileIsRefusedNamingFileAndRank) {
   EXPECT_NE(s.message().find("p2p.0.0.0.0.mt from rank 0"), std::string::npos) << s;
 }
 
-// Rewrites the header's first dimension and, like a forger would, its checksum.
-void forgeFirstDimension(const fs::path& p, int64_t dim) {
+// Rewrites `n` bytes of the header at `offset` and, like a forger would, its checksum.
+void forgeHeader(const fs::path& p, size_t offset, const void* bytes, size_t n) {
   std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
   std::string head(128, '\0');
   f.read(head.data(), static_cast<std::streamsize>(head.size()));
@@ -207,13 +207,36 @@ void forgeFirstDimension(const fs::path& p, int64_t dim) {
   f.clear();
   f.seekg(0);
   f.read(head.data(), headerBytes);
-  std::memcpy(head.data() + 64, &dim, 8);
+  std::memcpy(head.data() + offset, bytes, n);
   std::memset(head.data() + 56, 0, 8);
   uint64_t sum = XXH3_64bits(head.data(), head.size());
   std::memcpy(head.data() + 56, &sum, 8);
   f.clear();
   f.seekp(0);
   f.write(head.data(), headerBytes);
+}
+void forgeFirstDimension(const fs::path& p, int64_t dim) { forgeHeader(p, 64, &dim, 8); }
+void forgeKind(const fs::path& p, uint32_t kind) { forgeHeader(p, 12, &kind, 4); }
+
+// A file whose header says it holds bytes, with a shape larger than the file: recv() made a
+// tensor of that dtype and shape without checking them against the file's length (reads past
+// the mapping). A kind there is not is refused too.
+TEST_F(ChannelTest, AFileOfAnotherKindIsCheckedAsStrictly) {
+  {
+    auto c = open(0, 1);
+    auto s = spoiledReceive(*c, [](const fs::path& p) {
+      forgeKind(p, 2);
+      forgeFirstDimension(p, int64_t{1} << 20);
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("do not add up"), std::string::npos) << s;
+  }
+  {
+    auto c = open(0, 1);
+    auto s = spoiledReceive(*c, [](const fs::path& p) { forgeKind(p, 7); });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("unknown payload kind 7"), std::string::npos) << s;
+  }
 }
 
 TEST_F(ChannelTest, HeaderIsCheckedCompletely) {

@@ -18,6 +18,15 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+// A value as an error message shows it: scalars as JSON (cut at 80 characters), an array or
+// an object by its kind and size.
+std::string shown(const json& v) {
+  if (v.is_array()) return fmt::format("an array of {}", v.size());
+  if (v.is_object()) return fmt::format("an object of {} field(s)", v.size());
+  std::string text = v.dump();
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
 // Reads the fields of one JSON object, remembering which ones were seen so that unknown ones
 // are reported.
 class Fields {
@@ -36,10 +45,10 @@ class Fields {
     if (!has(name)) return absl::OkStatus();
     const json& v = object_.at(name);
     if (!v.is_number_integer() || v.get<int64_t>() < min) {
-      return error(name, fmt::format("must be an integer >= {} (got {})", min, v.dump()));
+      return error(name, fmt::format("must be an integer >= {} (got {})", min, shown(v)));
     }
     if (v.get<int64_t>() > max) {
-      return error(name, fmt::format("must be at most {} (got {})", max, v.dump()));
+      return error(name, fmt::format("must be at most {} (got {})", max, shown(v)));
     }
     out = v.get<int>();
     return absl::OkStatus();
@@ -48,7 +57,7 @@ class Fields {
     if (!has(name)) return absl::OkStatus();
     const json& v = object_.at(name);
     if (!v.is_number() || v.get<double>() < min) {
-      return error(name, fmt::format("must be a number >= {} (got {})", min, v.dump()));
+      return error(name, fmt::format("must be a number >= {} (got {})", min, shown(v)));
     }
     out = v.get<double>();
     return absl::OkStatus();
@@ -56,7 +65,7 @@ class Fields {
   absl::Status boolean(const std::string& name, bool& out) {
     if (!has(name)) return absl::OkStatus();
     if (!object_.at(name).is_boolean()) {
-      return error(name, fmt::format("must be true or false (got {})", object_.at(name).dump()));
+      return error(name, fmt::format("must be true or false (got {})", shown(object_.at(name))));
     }
     out = object_.at(name).get<bool>();
     return absl::OkStatus();
@@ -64,7 +73,7 @@ class Fields {
   absl::Status string(const std::string& name, std::string& out) {
     if (!has(name)) return absl::OkStatus();
     if (!object_.at(name).is_string()) {
-      return error(name, fmt::format("must be a string (got {})", object_.at(name).dump()));
+      return error(name, fmt::format("must be a string (got {})", shown(object_.at(name))));
     }
     out = object_.at(name).get<std::string>();
     return absl::OkStatus();
@@ -103,7 +112,17 @@ absl::StatusOr<json> readJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(fmt::format("cannot read config file {}", path));
   try {
-    json j = json::parse(in);
+    // A config is a few levels deep. nlohmann parses without recursion, but copies, dumps and
+    // compares recursively: a value nested 200,000 deep crashed the worker (SIGSEGV) once read.
+    // What lies deeper than kDeepest is not even built.
+    constexpr int kDeepest = 32;
+    bool tooDeep = false;
+    json j = json::parse(in, [&tooDeep](int depth, json::parse_event_t, json&) {
+      if (depth <= kDeepest) return true;
+      tooDeep = true;
+      return false;
+    });
+    if (tooDeep) return absl::InvalidArgumentError(fmt::format("{}: nested deeper than {} levels", path, kDeepest));
     if (!j.is_object()) return absl::InvalidArgumentError(fmt::format("{}: must hold a JSON object", path));
     return j;
   } catch (const json::parse_error& e) {
@@ -145,7 +164,7 @@ absl::StatusOr<TrainConfig> loadTrainConfig(const std::string& path) {
     if (!ks.is_array() || ks.empty()) return model->error("kernel_sizes", "must be a non-empty list of integers >= 1");
     for (const auto& k : ks) {
       if (!k.is_number_integer() || k.get<int64_t>() < 1 || k.get<int64_t>() > 4096) {
-        return model->error("kernel_sizes", fmt::format("must hold integers from 1 to 4096 (got {})", k.dump()));
+        return model->error("kernel_sizes", fmt::format("must hold integers from 1 to 4096 (got {})", shown(k)));
       }
       m.kernelSizes.push_back(k.get<int>());
     }

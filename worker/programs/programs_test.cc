@@ -58,6 +58,14 @@ TEST_F(Files, TrainConfigErrorsNameTheFileAndTheField) {
   EXPECT_NE(configError(R"({"train_path": "t", "optimizer": {"type": "lamb"}})").find("optimizer.type must be adam or sgd"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t", "model": {"kernel_sizes": [3, 9], "max_seq_len": 5}})").find("max_seq_len must be at least the widest kernel (9)"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t",)").find("malformed JSON"), std::string::npos);
+  // A value nested 200,000 deep overflowed the stack (SIGSEGV: a recursive copy and dump()).
+  std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  EXPECT_NE(configError(R"({"train_path": "t", "distributed_world_size": )" + deep + "}")
+                .find("c.json: nested deeper than 32 levels"),
+            std::string::npos);
+  EXPECT_NE(configError(R"({"train_path": "t", "distributed_world_size": [[1]]})")
+                .find("distributed_world_size must be an integer >= 0 (got an array of 1)"),
+            std::string::npos);
   // Sizes that LibTorch would abort on are refused before anything is allocated.
   EXPECT_NE(configError(R"({"train_path": "t", "model": {"embed_dim": 1099511627776}})")
                 .find("model.embed_dim must be at most 65536 (got 1099511627776)"),
