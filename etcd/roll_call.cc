@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "etcd/run_keys.h"
+#include "etcd/run_values.h"
 #include "etcd/watch.h"
 
 namespace muster::etcd {
@@ -39,17 +40,18 @@ absl::StatusOr<RollCallAnswers> askForStacks(Client& client, const std::string& 
                                            prefix, kStateKey));
   }
   auto run = nlohmann::json::parse(state->kvs(0).value(), nullptr, /*allow_exceptions=*/false);
-  if (!run.is_object()) {
-    return absl::FailedPreconditionError(fmt::format("key {}{} is not muster's run state", prefix, kStateKey));
+  if (auto shape = checkState(run); !shape.ok()) {
+    return absl::FailedPreconditionError(
+        fmt::format("key {}{} is not muster's run state ({})", prefix, kStateKey, std::string(shape.message())));
   }
-  if (run.value("phase", std::string()) != "running" || !run["nodes"].is_array()) {
+  if (run.value("phase", std::string()) != "running") {
     return absl::FailedPreconditionError(fmt::format("run '{}' has no running round: round {} {}", runId,
-                                                     run.value("round", 0), run.value("phase", std::string("?"))));
+                                                     run.value("round", uint64_t{0}), run.value("phase", std::string("?"))));
   }
   RollCallAnswers out;
   std::map<std::string, std::string> hosts;  // node id -> host, of the running round
   for (const auto& node : run["nodes"]) {
-    if (node.is_object()) hosts[node.value("id", std::string())] = node.value("host", std::string("?"));
+    hosts[node.value("id", std::string())] = node.value("host", std::string("?"));
   }
   out.nodes = static_cast<int>(hosts.size());
 

@@ -8,12 +8,14 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "etcd/run_keys.h"
+#include "etcd/run_values.h"
 #include "etcd/watch.h"
 
 namespace muster::etcd {
@@ -22,6 +24,18 @@ namespace v1 = ::muster::v1;
 using nlohmann::json;
 
 namespace {
+
+// A key whose value launch does not write: runsOf and statusOf answer DATA_LOSS naming it.
+struct NotLaunchs : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A key's value, checked (etcd/run_values.h) before anything reads it.
+json checked(const mvccpb::KeyValue& kv, absl::Status (*check)(const json&)) {
+  json value = json::parse(kv.value(), nullptr, /*allow_exceptions=*/false);
+  if (auto s = check(value); !s.ok()) throw NotLaunchs(fmt::format("key {}: {}", kv.key(), std::string(s.message())));
+  return value;
+}
 
 // runPrefix's escape undone: "a%2Fb" -> "a/b".
 std::string unescape(const std::string& s) {
@@ -54,8 +68,7 @@ absl::StatusOr<pb::RangeResponse> under(Client& client, const std::string& prefi
 v1::RunSummary summarize(Client& client, const std::string& runId, const mvccpb::KeyValue& stateKv, Deadline deadline) {
   v1::RunSummary s;
   s.set_run_id(runId);
-  json state = json::parse(stateKv.value(), nullptr, false);
-  if (!state.is_object()) return s;
+  json state = checked(stateKv, checkState);
   std::string phase = state.value("phase", std::string());
   s.set_round(state.value("round", uint64_t{0}));
   s.set_min_nodes(state.value("min", 1));
@@ -122,8 +135,7 @@ absl::StatusOr<std::optional<v1::StatusReply>> gathering(Client& client, const s
   run->set_state(v1::RunSummary::WAITING);
   run->set_nodes(static_cast<int>(joins->kvs_size()));
   for (const auto& kv : joins->kvs()) {
-    json node = json::parse(kv.value(), nullptr, false);
-    if (!node.is_object()) node = json::object();
+    json node = checked(kv, checkJoin);
     run->set_min_nodes(node.value("min", 1));
     run->set_max_nodes(node.value("max", 1));
     addWaiting(reply, kv.key().substr(prefix.size() + joinKey(0, "").size()), node);
@@ -160,6 +172,9 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
 absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
   try {
     return runsOfKeys(client, deadline);
+  } catch (const NotLaunchs& e) {
+    return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
+                                           client.endpointList(), client.options().runsPrefix, e.what()));
   } catch (const json::exception& e) {
     return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
                                            client.endpointList(), client.options().runsPrefix, e.what()));
@@ -169,6 +184,9 @@ absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
 absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline) {
   try {
     return statusOfKeys(client, runId, deadline);
+  } catch (const NotLaunchs& e) {
+    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
+                                           client.endpointList(), runId, e.what()));
   } catch (const json::exception& e) {
     return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
                                            client.endpointList(), runId, e.what()));
@@ -217,8 +235,7 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
   }
   v1::StatusReply reply;
   *reply.mutable_run() = summarize(client, runId, state->kvs(0), deadline);
-  json st = json::parse(state->kvs(0).value(), nullptr, false);
-  if (!st.is_object()) return reply;
+  json st = checked(state->kvs(0), checkState);
   uint64_t round = st.value("round", uint64_t{0});
   std::string phase = st.value("phase", std::string());
   // Who is there (join keys of this round and the next) and what each said of itself.
@@ -235,11 +252,13 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
       if (rest.rfind(dir, 0) != 0) continue;
       std::string node = rest.substr(dir.size());
       if (r == round) present.insert(node);
-      if (r == round + 1) waiting[node] = json::parse(kv.value(), nullptr, false);
+      if (r == round + 1) waiting[node] = checked(kv, checkJoin);
     }
   }
   std::map<std::string, json> said;
-  for (const auto& kv : statuses->kvs()) said[kv.key().substr(prefix.size() + std::string(kStatusDir).size())] = json::parse(kv.value(), nullptr, false);
+  for (const auto& kv : statuses->kvs()) {
+    said[kv.key().substr(prefix.size() + std::string(kStatusDir).size())] = checked(kv, checkStatus);
+  }
   auto fill = [&](v1::NodeView* v, const std::string& id) {
     auto s = said.find(id);
     if (s == said.end() || !s->second.is_object()) {

@@ -237,6 +237,43 @@ ETCD_SEEDS = {
     "run-ids": fdp_string(b"job/1") + b"job%2F1" + fdp_tail(2),
 }
 
+# The values launch writes at a run's keys (launcher/etcd_rendezvous.cc, etcd_rounds.cc), as
+# etcdctl shows them; the last byte picks the key (0 state, 1 join, 2 report, 3 status).
+NODE_A = b'{"id":"a1b2","host":"node-a","local_world_size":2,"master_port":29500,"store_port":41000}'
+NODE_B = b'{"id":"c3d4","host":"node-b","local_world_size":2,"master_port":29500,"store_port":0}'
+ETCD_VALUE_SEEDS = {
+    "state-running": b'{"max":2,"min":2,"nodes":[' + NODE_A + b"," + NODE_B
+                     + b'],"phase":"running","round":0,"since":1795000000000}' + fdp_tail(0),
+    "state-ended": b'{"event":{"exit_code":1,"group_rank":1,"host":"node-b","kind":2,"message":"rank 3 failed",'
+                   b'"node":"c3d4"},"max":2,"min":2,"phase":"ended","round":0,"since":1795000000000}' + fdp_tail(0),
+    "state-finished": b'{"max":2,"min":1,"nodes":[' + NODE_A + b'],"phase":"finished","round":3,"since":1}'
+                      + fdp_tail(0),
+    "join": b'{"host":"node-a","id":"a1b2","local_world_size":8,"master_port":29500,"max":4,"min":2,'
+            b'"store_port":41000}' + fdp_tail(1),
+    "report": b'{"exit_code":1,"message":"rank 3 (pid 4242) exited with 1","outcome":"failed"}' + fdp_tail(2),
+    "status": b'{"round":1,"status":{"launch_pid":4242,"ranks":[{"rank":0,"pid":4243,"state":"RUNNING"}]},'
+              b'"unix_ms":1795000000000}' + fdp_tail(3),
+}
+
+# --- the channel's files (worker/shared_dir_channel.cc): a 64-byte header, int64 shape[ndim],
+# padded to 64 bytes, the payload; the last bytes say: make the checksums right (as the
+# writer does), and read it as bytes (recvBytes) rather than a tensor.
+def channel_file(kind, dtype, shape, payload, transfer=0x5eed):
+    header_bytes = (64 + 8 * len(shape) + 63) // 64 * 64
+    head = b"MUSTRCH1" + struct.pack("<IIQQQiIiIQ", 2, kind, transfer, len(payload), 0, dtype, len(shape), 0,
+                                     header_bytes, 0)
+    head += b"".join(struct.pack("<q", d) for d in shape)
+    return head + b"\0" * (header_bytes - len(head)) + payload
+
+FLOAT, LONG, BYTE = 6, 4, 0
+CHANNEL_SEEDS = {
+    "float-2x3": channel_file(1, FLOAT, [2, 3], struct.pack("<6f", 1, 2, 3, 4, 5, 6)) + fdp_tail(1, 0),
+    "long-scalar": channel_file(1, LONG, [], struct.pack("<q", -7)) + fdp_tail(1, 0),
+    "empty": channel_file(1, FLOAT, [0, 4], b"") + fdp_tail(1, 0),
+    "bytes": channel_file(2, BYTE, [5], b"hello") + fdp_tail(1, 1),
+    "unsummed": channel_file(1, FLOAT, [2], struct.pack("<2f", 1, 2)) + fdp_tail(0, 0),
+}
+
 # --- worker's files ----------------------------------------------------------------------------
 def read(rel):
     return (SOURCE / rel).read_bytes()
@@ -283,6 +320,8 @@ TARGETS = {
     "launch_options": LAUNCH_SEEDS,
     "stacks": STACKS_SEEDS,
     "etcd_conf": ETCD_SEEDS,
+    "etcd_values": ETCD_VALUE_SEEDS,
+    "channel_files": CHANNEL_SEEDS,
     "worker_config": WORKER_SEEDS,
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "common/log.h"
 #include "etcd/run_keys.h"
+#include "etcd/run_values.h"
 #include "launcher/etcd_rounds.h"
 
 namespace muster::launcher {
@@ -36,6 +37,12 @@ bool splitRoundKey(const std::string& rest, const std::string& kind, uint64_t* r
   }
   *node = rest.substr(slash + 1);
   return true;
+}
+
+// A key whose value launch did not write, said in one line.
+std::string notLaunchs(const std::string& key, const absl::Status& shape) {
+  return fmt::format("etcd key {} holds what launch does not write ({}): delete it, or give another --rdzv_id", key,
+                     std::string(shape.message()));
 }
 
 }  // namespace
@@ -134,6 +141,7 @@ absl::Status EtcdRendezvous::start(const pb::JoinRequest& request, Deadline dead
     auto snapshot = client_->range(read, deadline);
     if (!snapshot.ok()) return snapshot.status();
     for (const auto& kv : snapshot->kvs()) applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
+    if (!lostWhy_.empty()) return absl::DataLossError(lostWhy_);
     revision = snapshot->header().revision();
     shared_.push_back(watchKeys(rest, revision + 1, /*role=*/false));
   }
@@ -181,12 +189,34 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
     if (absl::SimpleAtoi(rest.substr(stacksDir.size()), &id)) view_.stacks.insert(id);
     return;
   }
+  // Every value is checked before it is read (etcd/run_values.h): a join or report key that
+  // launch did not write is left out of the round; a state key, without which no node can go
+  // on, ends this node's rendezvous with one line.
   json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded() || !parsed.is_object()) {
-    logger()->warn("run '{}': key '{}' is not muster's (not a JSON object); ignored", runId_, fullKey);
+  enum class Kind { kState, kJoin, kReport } kind;
+  absl::Status shape;
+  if (rest == etcd::kStateKey) {
+    kind = Kind::kState;
+    shape = etcd::checkState(parsed);
+  } else if (splitRoundKey(rest, "join", &round, &node)) {
+    kind = Kind::kJoin;
+    shape = etcd::checkJoin(parsed);
+  } else if (splitRoundKey(rest, "report", &round, &node)) {
+    kind = Kind::kReport;
+    shape = etcd::checkReport(parsed);
+  } else {
+    return;  // not a key this node reads
+  }
+  if (!shape.ok()) {
+    std::string why = notLaunchs(fullKey, shape);
+    if (kind == Kind::kState) {
+      lost(why);
+    } else {
+      logger()->warn("run '{}': {}; ignored", runId_, why);
+    }
     return;
   }
-  if (rest == etcd::kStateKey) {
+  if (kind == Kind::kState) {
     const json& was = view_.state;
     if (!was.is_object() || was.value("round", uint64_t{0}) != parsed.value("round", uint64_t{0}) ||
         was.value("phase", std::string()) != parsed.value("phase", std::string())) {
@@ -202,9 +232,9 @@ void EtcdRendezvous::applyPut(const std::string& fullKey, const std::string& val
     while (!view_.joins.empty() && view_.joins.begin()->first + 1 < now) view_.joins.erase(view_.joins.begin());
     while (!view_.reports.empty() && view_.reports.begin()->first + 1 < now) view_.reports.erase(view_.reports.begin());
     while (!view_.ended.empty() && view_.ended.begin()->first + 1 < now) view_.ended.erase(view_.ended.begin());
-  } else if (splitRoundKey(rest, "join", &round, &node)) {
+  } else if (kind == Kind::kJoin) {
     view_.joins[round].put(node, {std::move(parsed), createRevision});
-  } else if (splitRoundKey(rest, "report", &round, &node)) {
+  } else {
     view_.reports[round][node] = std::move(parsed);
   }
 }
@@ -290,8 +320,12 @@ void EtcdRendezvous::chooseRole() {
     }
     const auto& kv = first->kvs(0);
     json node = json::parse(kv.value(), nullptr, false);
-    if (node.is_object()) join_->first = JoinEntry{node, kv.create_revision()};
-    std::string id = node.is_object() ? node.value("id", std::string()) : "";
+    if (auto shape = etcd::checkJoin(node); !shape.ok()) {
+      lost(notLaunchs(kv.key(), shape));  // the round's first joiner decides it: nobody can
+      return;
+    }
+    join_->first = JoinEntry{node, kv.create_revision()};
+    std::string id = node.value("id", std::string());
     if (id == nodeId_) {
       becomeDecider();
     } else {

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "etcd/run_keys.h"
+#include "etcd/run_values.h"
 #include "launcher/etcd_rendezvous.h"
 #include "launcher/etcd_rounds.h"
 
@@ -255,7 +256,7 @@ void EtcdRendezvous::stepJoin() {
     int64_t n = there.ok() ? there->kvs_size() : 0;
     for (int64_t i = 0; there.ok() && i < std::min<int64_t>(n, 8); ++i) {
       json node = json::parse(there->kvs(static_cast<int>(i)).value(), nullptr, false);
-      present += (present.empty() ? "" : ", ") + (node.is_object() ? node.value("host", std::string("?")) : "?");
+      present += (present.empty() ? "" : ", ") + (etcd::checkJoin(node).ok() ? node.value("host", std::string("?")) : "?");
     }
     if (n > 8) present += fmt::format(", and {} more", n - 8);
     failJoin(absl::DeadlineExceededError(

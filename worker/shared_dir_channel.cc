@@ -434,15 +434,13 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   // kind, skipped this and made a tensor of the header's dtype and shape over a shorter mapping
   // (found reading the channel for the fuzz targets).
   if (r.kind != kTensor && r.kind != kBytes) return bad(fmt::format("unknown payload kind {}", h.kind));
-  {
-    if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
-      return bad(fmt::format("unknown dtype code {}", h.dtype));
-    }
-    uint64_t total = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(c10::elementSize(r.dtype)), &total) ||
-        total != bytes) {
-      return bad("its shape and dtype do not add up to its length");
-    }
+  if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
+    return bad(fmt::format("unknown dtype code {}", h.dtype));
+  }
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(elements), static_cast<uint64_t>(c10::elementSize(r.dtype)), &total) ||
+      total != bytes) {
+    return bad("its shape and dtype do not add up to its length");
   }
   // The last receiver deletes the file; the mapping keeps the data. Across nodes the file is
   // left to the round's clean-up (launch removes the round's directory): another node may

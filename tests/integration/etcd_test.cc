@@ -400,6 +400,57 @@ TEST_F(Etcd, ALateNodeAskingForOtherNnodesIsRefusedAndTheRunGoesOn) {
   EXPECT_EQ(a->stderrText().find("restarting"), std::string::npos) << a->stderrText();
 }
 
+// Keys of the run that launch did not write (another program's, a hand edit, a launch of
+// another version) are read as one line, never a crash: a join key is left out of the round;
+// a state key, without which no node can go on, ends each node's rendezvous with its name.
+TEST_F(Etcd, AKeyLaunchDidNotWriteIsOneLineNeverACrash) {
+  startCluster();
+  bool ok = false;
+  // Before any node: a state whose round is not a number.
+  cluster_->etcdctl({"put", "/muster/runs/job-etcd/state", R"({"round":"x","phase":"gathering"})"}, &ok);
+  ASSERT_TRUE(ok);
+  auto first = node(flags("1", 1), recorder());
+  expectExit(*first, 1);
+  EXPECT_NE(first->stderrText().find("etcd key /muster/runs/job-etcd/state holds what launch does not write "
+                                     "(\"round\" should be an integer from 0)"),
+            std::string::npos)
+      << first->stderrText();
+  cluster_->etcdctl({"del", "/muster/runs/job-etcd/state"}, &ok);
+  ASSERT_TRUE(ok);
+  // A running round: a join key for the next round with no host is left out (the round is not
+  // restarted for it), then the state is overwritten with nodes that are not a list.
+  std::string w = waiter();
+  auto a = node(flags("2:3", 1), w);
+  auto b = node(flags("2:3", 1), w);
+  ASSERT_TRUE(awaitFile("up_0") && awaitFile("up_1"));
+  cluster_->etcdctl({"put", "/muster/runs/job-etcd/join/1/stray", R"({"id":"stray","local_world_size":1,"min":2,"max":3})"},
+                    &ok);
+  ASSERT_TRUE(ok);
+  std::string said;
+  for (int i = 0; i < 100 && said.find("stray") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    a->drain();
+    b->drain();
+    said = a->stderrText() + b->stderrText();
+  }
+  EXPECT_NE(said.find("etcd key /muster/runs/job-etcd/join/1/stray holds what launch does not write "
+                      "(\"host\" should be a string): delete it, or give another --rdzv_id; ignored"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("restarting"), std::string::npos) << said;
+  cluster_->etcdctl({"put", "/muster/runs/job-etcd/state", R"({"round":0,"phase":"running","nodes":"all"})"}, &ok);
+  ASSERT_TRUE(ok);
+  for (auto* n : {a.get(), b.get()}) {
+    auto e = n->wait(kRun);
+    ASSERT_TRUE(e) << n->stderrText();
+    EXPECT_EQ(e->code, 1) << n->stderrText();
+    EXPECT_NE(n->stderrText().find("etcd key /muster/runs/job-etcd/state holds what launch does not write "
+                                   "(\"nodes\" should be an array of nodes)"),
+              std::string::npos)
+        << n->stderrText();
+  }
+}
+
 // rendezvousctl runs and status read a run kept in etcd: its nodes, their ranks and what each
 // launch said of itself; then the run finished, and when etcd forgets it.
 TEST_F(Etcd, RunsAndStatusReadTheRunFromEtcd) {
