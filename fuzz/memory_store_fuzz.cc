@@ -1,6 +1,7 @@
 // Any StoreRequest (the protobuf both of rendezvousd's transports hand the store) against
 // MemoryStore, a sequence per input, some parked, some cancelled. Every request is answered once
-// (a cancelled one never); dropping every job used empties the store and its accounting.
+// (a cancelled one never); a request of one operation refused at once changes no key and no
+// byte (a multi_set is one change); dropping every job used empties the store and its accounting.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -46,7 +47,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const auto& b : request.batch()) jobs.insert(b.ns().substr(0, b.ns().find('/')));
       size_t seq = calls->size();
       calls->push_back(0);
-      auto waiter = memory->execute(request, [calls, seq](pb::StoreResponse&&) { ++(*calls)[seq]; });
+      auto before = memory->stats();
+      auto code = std::make_shared<int>(-1);
+      auto waiter = memory->execute(request, [calls, seq, code](pb::StoreResponse&& r) {
+        ++(*calls)[seq];
+        *code = r.code();
+      });
+      if (request.batch_size() == 0 && *code > 0) {
+        auto after = memory->stats();
+        if (after.keys != before.keys || after.bytes != before.bytes) __builtin_trap();
+      }
       if (waiter != MemoryStore::kNotPending) parked.emplace_back(seq, waiter);
       if (!parked.empty() && p.ConsumeBool()) {
         auto [s, id] = parked[p.ConsumeIntegralInRange<size_t>(0, parked.size() - 1)];

@@ -473,14 +473,22 @@ bool MemoryStore::setLocked(Namespace& space, const std::string& ns, const std::
   int64_t oldBytes = it == space.kv.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
   int64_t delta = static_cast<int64_t>(key.size() + value.size()) - oldBytes;
   if (!roomFor(ns, "setting " + quoted(key), delta, fresh ? 1 : 0, resp)) return false;
-  account(ns, delta, fresh ? 1 : 0);
+  putLocked(space, ns, key, std::move(value), ready);
+  return true;
+}
+
+void MemoryStore::putLocked(Namespace& space, const std::string& ns, const std::string& key, std::string value,
+                            Ready& ready) {
+  auto it = space.kv.find(key);
+  bool fresh = it == space.kv.end() && space.queues.count(key) == 0;
+  int64_t oldBytes = it == space.kv.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+  account(ns, static_cast<int64_t>(key.size() + value.size()) - oldBytes, fresh ? 1 : 0);
   if (it == space.kv.end()) {
     space.kv.emplace(key, std::move(value));
     keyArrived(space, key, ready);
   } else {
     it->second = std::move(value);
   }
-  return true;
 }
 
 // Requests here have passed validateRequest: sizes and counts are within the limits.
@@ -568,18 +576,24 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       return;
     case pb::StoreRequest::kMultiSet: {
       const auto& op = req.multi_set();
-      // Check the room first so that a rejected call changes nothing.
+      // One change: the room is checked for what the whole call leaves (a key set twice at its
+      // last value), then every key is set without a check of its own, so that a refused call
+      // changes nothing and a taken one is taken whole, whatever order its keys grow and shrink.
+      std::unordered_map<std::string_view, int> last;  // key -> the index of its last value
+      for (int i = 0; i < op.keys_size(); ++i) last[op.keys(i)] = i;
       int64_t delta = 0, fresh = 0;
-      std::unordered_set<std::string> seen;
-      for (int i = 0; i < op.keys_size(); ++i) {
-        auto it = space.kv.find(op.keys(i));
-        delta += static_cast<int64_t>(op.keys(i).size() + op.values(i).size());
-        if (it != space.kv.end()) delta -= static_cast<int64_t>(op.keys(i).size() + it->second.size());
-        if (it == space.kv.end() && !space.queues.count(op.keys(i)) && seen.insert(op.keys(i)).second) ++fresh;
+      for (const auto& [key, i] : last) {
+        auto it = space.kv.find(std::string(key));
+        delta += static_cast<int64_t>(key.size() + op.values(i).size());
+        if (it != space.kv.end()) {
+          delta -= static_cast<int64_t>(key.size() + it->second.size());
+        } else if (!space.queues.count(std::string(key))) {
+          ++fresh;
+        }
       }
       if (!roomFor(req.ns(), "multi_set", delta, fresh, resp)) return;
       for (int i = 0; i < op.keys_size(); ++i) {
-        setLocked(space, req.ns(), op.keys(i), op.values(i), resp, ready);
+        if (last[op.keys(i)] == i) putLocked(space, req.ns(), op.keys(i), op.values(i), ready);
       }
       return;
     }

@@ -134,6 +134,8 @@ class MemoryStore {
             pb::StoreResponse& resp);
   bool setLocked(Namespace& space, const std::string& ns, const std::string& key,
                  std::string value, pb::StoreResponse& resp, Ready& ready);
+  // setLocked without the room check: for a call whose room was checked as a whole.
+  void putLocked(Namespace& space, const std::string& ns, const std::string& key, std::string value, Ready& ready);
   // Completes the waiters whose keys are now all present: every one, or only the first
   // (a queue push, whose value one pop takes).
   void keyArrived(Namespace& space, const std::string& key, Ready& ready, bool onlyOne = false);

@@ -155,6 +155,42 @@ TEST(MemoryStore, AJobAtItsQuotaIsRefusedAndOtherJobsAreNot) {
   EXPECT_EQ(runIn(store, "a/1", set("k4", "v")).code(), 0);
 }
 
+pb::StoreRequest multiSet(std::vector<std::pair<std::string, std::string>> pairs) {
+  pb::StoreRequest r;
+  for (auto& [k, v] : pairs) {
+    r.mutable_multi_set()->add_keys(k);
+    r.mutable_multi_set()->add_values(v);
+  }
+  return r;
+}
+
+// A multi_set is one change: refused, it changes nothing; taken, all of it. The room is that of
+// what the call leaves (a key set twice counts once, at its last value), and a key that grows
+// before another shrinks is no refusal of part of it (found reading the store for its fuzz
+// target: the call was checked as a whole, then each key again on its own).
+TEST(MemoryStore, AMultiSetIsTakenWholeOrNotAtAll) {
+  StoreLimits limits;
+  limits.maxJobBytes = 100;
+  MemoryStore store(limits);
+  ASSERT_EQ(runIn(store, "a/0", set("A", std::string(60, 'x'))).code(), 0);
+  // B grows by 51 bytes (over the 39 left) before A shrinks by 60: the call needs -9 in all.
+  auto both = runIn(store, "a/0", multiSet({{"B", std::string(50, 'y')}, {"A", ""}}));
+  EXPECT_EQ(both.code(), 0) << both.message();
+  EXPECT_EQ(runIn(store, "a/0", get("A", 0)).value(), "");
+  EXPECT_EQ(runIn(store, "a/0", get("B", 0)).value(), std::string(50, 'y'));
+  EXPECT_EQ(store.totalBytes(), 52u);
+  // A key set twice: its last value is what stays, and what is counted.
+  auto twice = runIn(store, "a/0", multiSet({{"C", std::string(40, 'z')}, {"C", "1"}}));
+  EXPECT_EQ(twice.code(), 0) << twice.message();
+  EXPECT_EQ(runIn(store, "a/0", get("C", 0)).value(), "1");
+  EXPECT_EQ(store.totalBytes(), 54u);
+  // B shrinks first, then grows past the room the call leaves: refused, and nothing changed.
+  auto over = runIn(store, "a/0", multiSet({{"B", ""}, {"B", std::string(98, 'w')}}));
+  EXPECT_EQ(over.code(), 8) << over.message();
+  EXPECT_EQ(runIn(store, "a/0", get("B", 0)).value(), std::string(50, 'y'));
+  EXPECT_EQ(store.totalBytes(), 54u);
+}
+
 TEST(MemoryStore, ShutdownEndsEveryWaiterAndRefusesNewRequests) {
   MemoryStore store;
   std::vector<pb::StoreResponse> answers;
