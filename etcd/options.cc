@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
 
@@ -38,14 +39,19 @@ std::string get(const Conf& conf, const char* key) { return conf.count(key) ? co
 
 absl::StatusOr<Conf> parseConf(const std::string& text, std::string_view flag) {
   Conf conf;
-  if (text.empty()) return conf;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty()) {
+  absl::string_view all = absl::StripAsciiWhitespace(text);
+  if (all.empty()) return conf;
+  for (absl::string_view part : absl::StrSplit(all, ',')) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
+    absl::string_view key = absl::StripAsciiWhitespace(kv.first), value = absl::StripAsciiWhitespace(kv.second);
+    if (key.empty()) {
       return absl::InvalidArgumentError(
           fmt::format("{}={} is invalid; expected KEY=VALUE pairs separated by commas", flag, text));
     }
-    conf[kv[0]] = kv[1];
+    if (value.empty()) {
+      return absl::InvalidArgumentError(fmt::format("{}={} is invalid: '{}' has no value", flag, text, std::string(key)));
+    }
+    conf[std::string(key)] = std::string(value);
   }
   return conf;
 }

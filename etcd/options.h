@@ -16,7 +16,10 @@ namespace muster::etcd {
 
 using Conf = std::map<std::string, std::string>;
 
-// "KEY=VALUE,KEY=VALUE" -> its pairs; one line naming `flag` for anything else.
+// "KEY=VALUE,KEY=VALUE" -> its pairs, read as torchrun reads --rdzv_conf (every rendezvous
+// backend's, launch's own and etcd's): spaces around the whole, a key and a value are not
+// theirs; blank is no pair; a later key wins; a pair without a key or a value is one line
+// naming `flag`.
 absl::StatusOr<Conf> parseConf(const std::string& text, std::string_view flag);
 
 // Checks what the client reads of `conf` without touching a file: protocol http or https (the

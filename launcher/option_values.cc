@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "etcd/options.h"
 
 namespace muster::launcher::flags {
 
@@ -77,11 +78,10 @@ bool signalNumber(const std::string& abbrev, int& sig) {
 
 absl::Status parseRdzvConf(const std::string& v, LaunchOptions::RdzvConf& conf) {
   conf = LaunchOptions::RdzvConf{};
-  if (v.empty()) return absl::OkStatus();
-  for (absl::string_view part : absl::StrSplit(v, ',')) {
-    std::vector<std::string> kv = absl::StrSplit(part, absl::MaxSplits('=', 1));
-    if (kv.size() != 2 || kv[0].empty()) return bad("--rdzv_conf", v, "KEY=VALUE pairs separated by commas");
-    const std::string &key = kv[0], &value = kv[1];
+  auto pairs = etcd::parseConf(v, "--rdzv_conf");
+  if (!pairs.ok()) return pairs.status();
+  for (const auto& pair : *pairs) {
+    const std::string &key = pair.first, &value = pair.second;  // named: clang 14's lambdas take no bindings
     conf.given[key] = value;
     auto wrong = [&](const char* expected) {
       return absl::InvalidArgumentError(

@@ -1,6 +1,7 @@
 // launch's flag table and parser. Hand-written rather than CLI11: torchrun stops at the first
-// positional (the program) and passes the rest untouched, reads PET_* defaults, and takes both
-// --x_y and --x-y; a table keeps all three rules in one place. Each value is parsed by
+// positional (the program) and passes the rest untouched, reads PET_* defaults, takes both
+// --x_y and --x-y, and takes a prefix of one flag's names as argparse does (--redirect for
+// --redirects); a table keeps these rules in one place. Each value is parsed by
 // option_values.h, the options are checked together in options_validate.cc, the host's devices
 // counted in devices.cc, and the worker's command made in worker_command.cc.
 #include "launcher/options.h"
@@ -11,6 +12,7 @@
 #include <functional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "launcher/devices.h"
 #include "launcher/option_values.h"
@@ -377,13 +379,29 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
     o.logLinePrefixTemplate = it->second;
   }
   auto table = flagTable();
-  auto find = [&](const std::string& name) -> const Flag* {
+  // A flag by its name, or as torchrun's argparse takes it (allow_abbrev), by a prefix of one
+  // flag's long names alone (--redirect for --redirects); a prefix of several is ambiguous.
+  auto find = [&](const std::string& name) -> absl::StatusOr<const Flag*> {
     for (const auto& f : table) {
       for (const auto& n : f.names) {
         if (n == name) return &f;
       }
     }
-    return nullptr;
+    std::vector<const Flag*> matches;
+    std::vector<std::string> names;
+    if (name.size() > 2 && name.rfind("--", 0) == 0) {
+      for (const auto& f : table) {
+        for (const auto& n : f.names) {
+          if (n.rfind(name, 0) != 0) continue;
+          if (matches.empty() || matches.back() != &f) matches.push_back(&f);
+          names.push_back(n);
+        }
+      }
+    }
+    if (matches.size() == 1) return matches[0];
+    if (matches.empty()) return absl::InvalidArgumentError(fmt::format("unknown flag {} (see launch --help)", name));
+    return absl::InvalidArgumentError(
+        fmt::format("ambiguous flag {}: it could be {}", name, absl::StrJoin(names, ", ")));
   };
   // PET_* defaults first; flags on the command line override them.
   for (const auto& f : table) {
@@ -426,11 +444,9 @@ absl::StatusOr<LaunchOptions> parseLaunchFlags(const std::vector<std::string>& a
       value = arg.substr(eq + 1);
       inlineValue = true;
     }
-    const Flag* f = find(name);
-    if (f == nullptr) {
-      return absl::InvalidArgumentError(
-          fmt::format("unknown flag {} (see launch --help)", name));
-    }
+    auto found = find(name);
+    if (!found.ok()) return found.status();
+    const Flag* f = *found;
     if (f->takesValue) {
       if (!inlineValue) {
         if (i + 1 >= args.size()) {

@@ -172,6 +172,41 @@ TEST(LaunchOptions, RdzvConfValuesAreCheckedAtParseTime) {
             std::string::npos);
 }
 
+// A prefix of one flag's names is that flag, as torchrun's argparse (allow_abbrev) takes it:
+// PyTorch's own test_capture_logs_using_default_logs_specs passes --redirect=3, which launch
+// refused as an unknown flag. A prefix of several flags is ambiguous, naming them.
+TEST(LaunchOptions, AUniquePrefixOfAFlagIsThatFlag) {
+  auto o = parse({"--redirect=3", "--nproc-per=2", "--max_r", "4", "p"});
+  EXPECT_TRUE(o.redirects.at(-1).out && o.redirects.at(-1).err);
+  EXPECT_EQ(o.localWorldSize, 2);
+  EXPECT_EQ(o.maxRestarts, 4);
+  EXPECT_TRUE(parse({"--no_pyth", "p"}).noPython);
+  auto e = error({"--ma=1", "p"});
+  EXPECT_NE(e.find("ambiguous flag --ma: it could be "), std::string::npos) << e;
+  EXPECT_NE(e.find("--master_addr, --master-addr"), std::string::npos) << e;
+  EXPECT_NE(e.find("--max_restarts"), std::string::npos) << e;
+  EXPECT_NE(error({"--nproc_per_nodes=2", "p"}).find("unknown flag --nproc_per_nodes"), std::string::npos);
+}
+
+// --rdzv_conf as torchrun reads it (torch.distributed.elastic.rendezvous.utils, whose tests
+// elastic_parity.py runs against launch): spaces are not the keys' or values', blank is no
+// pair, and a key without a value is refused (both were taken, and " join_timeout = x " was a
+// key launch did not know, silently).
+TEST(LaunchOptions, RdzvConfIsReadAsTorchrunReadsIt) {
+  auto o = parse({"--rdzv_conf= join_timeout = 7 , custom= a b ", "p"});
+  EXPECT_EQ(o.rdzvConf.joinTimeout, muster::Millis(7000));
+  EXPECT_EQ(o.rdzvConf.given.at("custom"), "a b");
+  EXPECT_TRUE(parse({"--rdzv_conf=   ", "p"}).rdzvConf.given.empty());
+  EXPECT_EQ(parse({"--rdzv_conf=k=1,k=2", "p"}).rdzvConf.given.at("k"), "2");
+  EXPECT_NE(error({"--rdzv_conf= join_timeout = x ", "p"}).find("join_timeout=x is invalid; expected seconds > 0"),
+            std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=a=", "p"}).find("--rdzv_conf=a= is invalid: 'a' has no value"), std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=a", "p"}).find("'a' has no value"), std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf=a=1,,b=2", "p"}).find("expected KEY=VALUE pairs separated by commas"),
+            std::string::npos);
+  EXPECT_NE(error({"--rdzv_conf= =1", "p"}).find("expected KEY=VALUE pairs separated by commas"), std::string::npos);
+}
+
 // Flags of current torchrun (torch/distributed/run.py on PyTorch's main branch).
 TEST(LaunchOptions, CurrentTorchrunFlags) {
   auto o = parse({"--signals-to-handle=SIGTERM, SIGUSR1", "--shutdown-timeout=7",
