@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   out += p.ConsumeRemainingBytesAsString();
   (void)fuzz::exchange(server->port(), out, 50, ended);
-  if (!fuzz::eventually([&] { return server->connections() == 0 && memory->pendingWaiters() == 0; })) __builtin_trap();
+  if (!fuzz::settled([&] { return server->connections() == 0 && memory->pendingWaiters() == 0; })) __builtin_trap();
   // A member is still welcomed.
   std::string hello(direct::kMagic);
   pb::DirectHello h;
@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   direct::appendFrame(hello, direct::Kind::kHello, h);
   std::string answer = fuzz::exchange(server->port(), hello, 5000, ended);
   if (answer.size() < direct::kHeaderBytes || static_cast<direct::Kind>(answer[4]) != direct::Kind::kWelcome) __builtin_trap();
-  if (!fuzz::eventually([&] { return server->connections() == 0; })) __builtin_trap();
+  if (!fuzz::settled([&] { return server->connections() == 0; })) __builtin_trap();
   server->shutdown(Millis(0));
   sessions.closeAll();
   return 0;

@@ -15,7 +15,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
-#include <thread>
+
+#include "tests/support/eventually.h"
 
 namespace muster::fuzz {
 
@@ -58,14 +59,10 @@ inline std::string exchange(int port, std::string_view input, int idleMs = 50,
   return got;
 }
 
-// Waits up to `limitMs` for `done`; false if it never held.
-inline bool eventually(const std::function<bool()>& done, int limitMs = 5000) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(limitMs);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
+// What an input left behind (its connection, a parked wait) is gone within 5 s, polled every
+// 200 us: inputs come by the thousand a second.
+inline bool settled(const std::function<bool()>& gone) {
+  return testing::eventually(gone, Millis(5000), std::chrono::microseconds(200));
 }
 
 }  // namespace muster::fuzz

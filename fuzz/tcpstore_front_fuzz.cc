@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)fuzz::exchange(front->port(), std::string_view(reinterpret_cast<const char*>(data), size));
   // The client is gone: so are its connection and whatever it parked.
-  if (!fuzz::eventually([] { return front->connections() == 0 && memory->pendingWaiters() == 0; })) __builtin_trap();
+  if (!fuzz::settled([] { return front->connections() == 0 && memory->pendingWaiters() == 0; })) __builtin_trap();
   memory->dropJob("fz");
   // And the front still serves: a 2.x client's VALIDATE and PING.
   tcpstore::Request validate{.op = tcpstore::Op::kValidate, .word = tcpstore::kValidationMagic};
@@ -48,6 +48,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string answer =
       fuzz::exchange(front->port(), hello, 5000, [](const std::string& got) { return got.size() >= 4; });
   if (answer != std::string("\x07\0\0\0", 4)) __builtin_trap();
-  if (!fuzz::eventually([] { return front->connections() == 0; })) __builtin_trap();
+  if (!fuzz::settled([] { return front->connections() == 0; })) __builtin_trap();
   return 0;
 }

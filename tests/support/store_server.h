@@ -1,15 +1,14 @@
 // Test support for tests of a real RendezvousServer: start one on loopback, and wait,
-// bounded, for state the server changes on its own threads.
+// bounded, for state the server changes on its own threads (tests/support/eventually.h).
 #pragma once
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <memory>
-#include <thread>
 
 #include "common/deadline.h"
 #include "rendezvous/server/rendezvous_server.h"
+#include "tests/support/eventually.h"
 
 namespace muster::testing {
 
@@ -21,17 +20,6 @@ inline std::unique_ptr<rendezvous::RendezvousServer> startServer(rendezvous::Ser
   auto server = rendezvous::RendezvousServer::start(options);
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? std::move(*server) : nullptr;
-}
-
-// Bounded wait for state that the server changes on its own threads (a cancelled call's
-// clean-up has no event a client can see).
-inline bool eventually(const std::function<bool()>& condition, Millis timeout = Millis(10000)) {
-  auto deadline = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(Millis(2));
-  }
-  return true;
 }
 
 }  // namespace muster::testing
