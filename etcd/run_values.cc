@@ -79,6 +79,7 @@ absl::Status checkJoin(const json& value) {
   if (auto s = integer(value, "local_world_size", 1, kIntMax, true); !s.ok()) return s;
   if (auto s = integer(value, "master_port", 0, 65535, true); !s.ok()) return s;
   if (auto s = integer(value, "store_port", 0, 65535); !s.ok()) return s;
+  if (auto s = string(value, "role"); !s.ok()) return s;
   return nnodes(value);
 }
 

@@ -14,7 +14,7 @@
 //                     "group_rank": int >= -1, "exit_code": int, "message": string}
 //   join/<r>/<node>  {"id": string, not empty, "host": string, "local_world_size": int 1..,
 //                     "master_port": int 0..65535 (these four required), "store_port": int
-//                     0..65535, "min", "max" as in state}
+//                     0..65535, "role": string, "min", "max" as in state}
 //   report/<r>/<n>   {"outcome": "succeeded" | "failed", "exit_code": int, "message": string}
 //   status/<node>    {"unix_ms": int64 >= 0, "round": uint64, "status": object}
 // Fields not named here may be present (a later version's); fields named and absent read as

@@ -23,6 +23,7 @@ void readJoin(const json& node) {
   (void)node.value("local_world_size", 1);
   (void)node.value("master_port", 0);
   (void)node.value("store_port", 0);
+  (void)node.value("role", std::string());
   (void)node.value("min", int64_t{1});
   (void)node.value("max", int64_t{1});
   (void)node.value("min", 1);

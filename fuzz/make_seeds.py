@@ -239,7 +239,7 @@ ETCD_SEEDS = {
 
 # The values launch writes at a run's keys (launcher/etcd_rendezvous.cc, etcd_rounds.cc), as
 # etcdctl shows them; the last byte picks the key (0 state, 1 join, 2 report, 3 status).
-NODE_A = b'{"id":"a1b2","host":"node-a","local_world_size":2,"master_port":29500,"store_port":41000}'
+NODE_A = b'{"id":"a1b2","host":"node-a","local_world_size":2,"master_port":29500,"role":"trainer","store_port":41000}'
 NODE_B = b'{"id":"c3d4","host":"node-b","local_world_size":2,"master_port":29500,"store_port":0}'
 ETCD_VALUE_SEEDS = {
     "state-running": b'{"max":2,"min":2,"nodes":[' + NODE_A + b"," + NODE_B

@@ -114,6 +114,7 @@ NodeRendezvous::Node Agent::thisNode(const std::string& host, int port) const {
   if (node.host.empty()) node.host = net::canonicalHostName();
   node.localWorldSize = options_.localWorldSize;
   node.wantedRank = options_.rdzvBackend == "static" ? options_.nodeRank : -1;
+  node.role = options_.role;
   node.minNodes = options_.minNodes;
   node.maxNodes = options_.maxNodes;
   return node;
@@ -149,6 +150,8 @@ void Agent::onJoined(absl::StatusOr<muster::v1::Assignment> result) {
   at_.groupWorldSize = a.group_world_size();
   at_.worldSize = a.world_size();
   at_.rankOffset = a.rank_offset();
+  at_.roleRankOffset = a.role_rank_offset();
+  at_.roleWorldSize = a.role_world_size();
   at_.masterAddr = a.master_addr();
   at_.masterPort = a.master_port();
   standaloneService_ = a.standalone_service();

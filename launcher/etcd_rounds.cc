@@ -81,20 +81,27 @@ bool sameNnodes(const json& a, const json& b) {
   return a.value("min", int64_t{1}) == b.value("min", int64_t{1}) && a.value("max", int64_t{1}) == b.value("max", int64_t{1});
 }
 
-// This node's place in `nodes`, the running round's nodes in group-rank order.
+// This node's place in `nodes`, the running round's nodes in group-rank order, and among those
+// of its role.
 pb::Assignment assignment(const json& nodes, size_t rank, uint64_t round) {
   pb::Assignment a;
   a.set_round(round);
   a.set_group_rank(static_cast<int>(rank));
   a.set_group_world_size(static_cast<int>(nodes.size()));
-  int offset = 0, world = 0;
+  std::string role = nodes[rank].value("role", std::string());
+  int offset = 0, world = 0, roleOffset = 0, roleWorld = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     int lws = nodes[i].value("local_world_size", 1);
+    bool sameRole = nodes[i].value("role", std::string()) == role;
     if (i < rank) offset += lws;
+    if (i < rank && sameRole) roleOffset += lws;
     world += lws;
+    if (sameRole) roleWorld += lws;
   }
   a.set_rank_offset(offset);
   a.set_world_size(world);
+  a.set_role_rank_offset(roleOffset);
+  a.set_role_world_size(roleWorld);
   a.set_master_addr(nodes[0].value("host", std::string()));
   a.set_master_port(nodes[0].value("master_port", 0));
   a.set_standalone_service(false);
@@ -185,6 +192,7 @@ void EtcdRendezvous::stepJoin() {
                  {"local_world_size", req.node().local_world_size()},
                  {"master_port", req.node().master_port()},
                  {"store_port", storePort_},
+                 {"role", req.node().role()},
                  {"min", req.min_nodes()},
                  {"max", req.max_nodes()}};
     put->set_value(node.dump());
@@ -233,7 +241,8 @@ void EtcdRendezvous::stepJoin() {
                          {"host", node["host"]},
                          {"local_world_size", node["local_world_size"]},
                          {"master_port", node["master_port"]},
-                         {"store_port", node.value("store_port", 0)}});
+                         {"store_port", node.value("store_port", 0)},
+                         {"role", node.value("role", std::string())}});
       }
       json closed = {{"round", target}, {"phase", "running"}, {"nodes", nodes},
                      {"min", runMin},    {"max", runMax},       {"since", since(view_.state)}};

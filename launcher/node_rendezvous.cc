@@ -49,6 +49,7 @@ void NodeRendezvous::join(int masterPort, bool serviceRestarts,
   node->set_host(node_.host);
   node->set_local_world_size(node_.localWorldSize);
   node->set_wanted_rank(node_.wantedRank);
+  node->set_role(node_.role);
   node->set_master_port(masterPort);
   req.set_min_nodes(node_.minNodes);
   req.set_max_nodes(node_.maxNodes);

@@ -30,6 +30,7 @@ class NodeRendezvous {
     std::string host;    // where the other nodes reach this one
     int localWorldSize = 1;
     int wantedRank = -1;  // --node_rank for the static backend; -1: the service assigns it
+    std::string role;     // --role
     int minNodes = 1, maxNodes = 1;
   };
 

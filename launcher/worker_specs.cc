@@ -51,12 +51,12 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     }
     e["RANK"] = std::to_string(spec.globalRank);
     e["GROUP_RANK"] = std::to_string(at.groupRank);
-    e["ROLE_RANK"] = std::to_string(spec.globalRank);
+    e["ROLE_RANK"] = std::to_string(at.roleWorldSize > 0 ? at.roleRankOffset + local : spec.globalRank);
     e["ROLE_NAME"] = o.role;
     e["LOCAL_WORLD_SIZE"] = std::to_string(o.localWorldSize);
     e["WORLD_SIZE"] = std::to_string(at.worldSize);
     e["GROUP_WORLD_SIZE"] = std::to_string(at.groupWorldSize);
-    e["ROLE_WORLD_SIZE"] = std::to_string(at.worldSize);
+    e["ROLE_WORLD_SIZE"] = std::to_string(at.roleWorldSize > 0 ? at.roleWorldSize : at.worldSize);
     e["MASTER_ADDR"] = at.masterAddr;
     e["MASTER_PORT"] = std::to_string(at.masterPort);
     e["TORCHELASTIC_RESTART_COUNT"] = std::to_string(at.restartCount);

@@ -24,6 +24,11 @@ struct RoundPlacement {
   int groupWorldSize = 1;
   int worldSize = 1;
   int rankOffset = 0;  // the global rank of local rank 0
+  // Among the round's ranks of this node's --role: ROLE_RANK of local rank 0, and how many.
+  // roleWorldSize 0: one role (a node alone, or a rendezvous that does not count roles), whose
+  // ranks are the world's.
+  int roleRankOffset = 0;
+  int roleWorldSize = 0;
   std::string masterAddr;
   int masterPort = 0;
 };

@@ -323,12 +323,19 @@ void RendezvousState::closeRound(const std::string& runId, Run& run, Actions& ac
   run.membersDone = 0;
   run.running = true;
   Deadline expiry = deadlineAfter(Millis(static_cast<int64_t>(run.keepAliveMs)));
+  // Each role's ranks count apart too (ROLE_RANK, ROLE_WORLD_SIZE), in group-rank order.
+  std::map<std::string, int> roleWorld, roleOffset;
+  for (const auto& p : joined) roleWorld[p.node.role()] += p.node.local_world_size();
   int offset = 0;
   for (size_t r = 0; r < joined.size(); ++r) {
     pb::Assignment a = base;
     a.set_group_rank(static_cast<int>(r));
     a.set_rank_offset(offset);
     offset += joined[r].node.local_world_size();
+    int& roleAt = roleOffset[joined[r].node.role()];
+    a.set_role_rank_offset(roleAt);
+    a.set_role_world_size(roleWorld[joined[r].node.role()]);
+    roleAt += joined[r].node.local_world_size();
     if (joined[r].node.wanted_rank() >= 0) run.memberByRank[joined[r].node.wanted_rank()] = joined[r].node.node_id();
     run.members[joined[r].node.node_id()] = {joined[r].node, static_cast<int>(r), expiry, false, a.rank_offset(), Clock::now(), std::nullopt};
     joinRuns_.erase(joined[r].id);

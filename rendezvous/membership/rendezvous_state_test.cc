@@ -8,6 +8,7 @@
 #include <future>
 #include <limits>
 #include <thread>
+#include <tuple>
 
 namespace muster::rendezvous {
 namespace {
@@ -192,6 +193,30 @@ TEST(Joins, ARoundOfMoreThanTwoToThe31RanksIsRefusedToEveryNode) {
   auto rc = c->get(), rd = d->get();
   ASSERT_TRUE(rc.ok() && rd.ok()) << rc.status() << rd.status();
   EXPECT_EQ(rc->world_size(), 2);
+}
+
+// Nodes of different --roles: each role's ranks count apart (ROLE_RANK, ROLE_WORLD_SIZE), in
+// group-rank order, as torchrun's agent assigns them (PyTorch's test_assign_worker_ranks: ps
+// of 4, trainers of 1, 2 and 3, ps of 5 give ps role ranks 0-3 and 4-8 of 9, trainers 0, 1-2
+// and 3-5 of 6).
+TEST(Joins, EachRoleCountsItsOwnRanksInGroupRankOrder) {
+  RendezvousState state;
+  std::vector<std::pair<std::string, int>> nodes{{"ps", 4}, {"trainer", 1}, {"trainer", 2}, {"trainer", 3}, {"ps", 5}};
+  std::vector<std::unique_ptr<Joining>> joins;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto r = joinRequest("roles", "n" + std::to_string(i), 5, static_cast<int>(i));
+    r.mutable_node()->set_role(nodes[i].first);
+    r.mutable_node()->set_local_world_size(nodes[i].second);
+    joins.push_back(startJoin(state, r));
+  }
+  std::vector<std::tuple<int, int, int, int>> got;  // rank offset, world, role rank offset, role world
+  for (auto& j : joins) {
+    auto a = j->get();
+    ASSERT_TRUE(a.ok()) << a.status();
+    got.emplace_back(a->rank_offset(), a->world_size(), a->role_rank_offset(), a->role_world_size());
+  }
+  EXPECT_EQ(got, (std::vector<std::tuple<int, int, int, int>>{
+                     {0, 15, 0, 9}, {4, 15, 0, 6}, {5, 15, 1, 6}, {7, 15, 3, 6}, {10, 15, 4, 9}}));
 }
 
 TEST(Joins, JoinsThatTimeOutNameWhoWasThereBriefly) {

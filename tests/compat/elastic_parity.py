@@ -30,6 +30,7 @@ def case(name, flags, program=None, env=None, since=(1, 13), refused=False, fail
          agents=1, console=None, error_file=False, needs=None):
     """program: elastic_worker.py's MODE and arguments (["touch"] when None), or ["{sh}"] for
     the shell rank of --no_python. refused: bad input, nothing may start; fails: a rank fails.
+    agents: how many launchers run the flags, or a list of each one's own extra flags.
     console: a regular expression whose matches in the console are compared."""
     return dict(name=name, flags=flags, program=program or ["touch"], env=env or {}, since=since,
                 refused=refused, fails=fails, agents=agents, console=console, error_file=error_file,
@@ -82,6 +83,12 @@ CASES = [
          env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]: "}, since=(2, 6),
          console=r"\[rank\d\]: creating "),
     # local_elastic_agent_test.py
+    case("correct_rank_assignment_heterogeneous", ["--nnodes=4", "--master_addr=127.0.0.1", "--master_port={port}"],
+         ["env", "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "WORLD_SIZE"],
+         agents=[["--node_rank=0", "--role=ps", "--nproc_per_node=2"],
+                 ["--node_rank=1", "--role=trainer", "--nproc_per_node=1"],
+                 ["--node_rank=2", "--role=trainer", "--nproc_per_node=2"],
+                 ["--node_rank=3", "--role=ps", "--nproc_per_node=1"]]),
     case("rank_restart_after_failure", ["--nproc_per_node=2", "--master_port={port}", "--max_restarts=3"],
          ["kill_self"]),
     case("bipolar", ["--nproc_per_node=4", "--master_port={port}", "--max_restarts=2"], ["bipolar"],
@@ -144,8 +151,10 @@ def one_side(c, who, launch, work):
         env["PYTHON_EXEC"] = PY
         argv = launch_argv(launch, flags + program)
     started = time.monotonic()
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for _ in range(c["agents"])]
+    agents = c["agents"] if isinstance(c["agents"], list) else [[]] * c["agents"]
+    at = len(argv) - len(program)  # each agent's own flags go before the program
+    procs = [subprocess.Popen(argv[:at] + own + argv[at:], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for own in agents]
     codes, console = [], ""
     for p in procs:
         text, _ = p.communicate(timeout=240)

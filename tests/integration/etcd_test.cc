@@ -400,6 +400,29 @@ TEST_F(Etcd, ALateNodeAskingForOtherNnodesIsRefusedAndTheRunGoesOn) {
   EXPECT_EQ(a->stderrText().find("restarting"), std::string::npos) << a->stderrText();
 }
 
+// Nodes of different --roles: each role's ranks count apart (ROLE_RANK, ROLE_WORLD_SIZE), as
+// torchrun's agent counts them; before, every role was given RANK and WORLD_SIZE.
+TEST_F(Etcd, EachRoleCountsItsOwnRanks) {
+  startCluster();
+  std::string w = recorder();
+  auto ps = flags("2", 2), trainer = flags("2", 1);
+  ps.push_back("--role=ps");
+  trainer.push_back("--role=trainer");
+  auto a = node(ps, w);
+  auto b = node(trainer, w);
+  expectExit(*a, 0);
+  expectExit(*b, 0);
+  std::map<std::string, std::set<std::string>> roleRanks;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto e = env(rank);
+    EXPECT_EQ(e["WORLD_SIZE"], "3");
+    EXPECT_EQ(e["ROLE_WORLD_SIZE"], e["ROLE_NAME"] == "ps" ? "2" : "1") << rank;
+    EXPECT_EQ(e["ROLE_RANK"], e["LOCAL_RANK"]) << rank;  // one node of each role
+    roleRanks[e["ROLE_NAME"]].insert(e["ROLE_RANK"]);
+  }
+  EXPECT_EQ(roleRanks, (std::map<std::string, std::set<std::string>>{{"ps", {"0", "1"}}, {"trainer", {"0"}}}));
+}
+
 // Keys of the run that launch did not write (another program's, a hand edit, a launch of
 // another version) are read as one line, never a crash: a join key is left out of the round;
 // a state key, without which no node can go on, ends each node's rendezvous with its name.
