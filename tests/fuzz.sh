@@ -42,7 +42,7 @@ for line in open(log, errors="replace"):
 print(f"{'target':18} {'executions':>12} {'cov':>7} {'ft':>7} {'corpus':>12}  finding")
 for number, name in sorted(numbers.items(), key=lambda kv: kv[1]):
     mine = lines.get(number, [])
-    execs = next((l.split(":")[1].strip() for l in reversed(mine) if l.startswith("stat::number_of_executed_units")), "?")
+    execs = next((l.rsplit(":", 1)[1].strip() for l in reversed(mine) if l.startswith("stat::number_of_executed_units")), "?")
     status = next((l for l in reversed(mine) if re.match(r"#\d+", l) and " cov: " in l), "")
     cov = re.search(r" cov: (\d+)", status)
     ft = re.search(r" ft: (\d+)", status)

@@ -125,7 +125,7 @@ absl::StatusOr<json> readJson(const std::string& path) {
     if (tooDeep) return absl::InvalidArgumentError(fmt::format("{}: nested deeper than {} levels", path, kDeepest));
     if (!j.is_object()) return absl::InvalidArgumentError(fmt::format("{}: must hold a JSON object", path));
     return j;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or a number out of range (1e999)
     return absl::InvalidArgumentError(fmt::format("{}: malformed JSON: {}", path, e.what()));
   }
 }

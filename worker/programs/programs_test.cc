@@ -58,6 +58,10 @@ TEST_F(Files, TrainConfigErrorsNameTheFileAndTheField) {
   EXPECT_NE(configError(R"({"train_path": "t", "optimizer": {"type": "lamb"}})").find("optimizer.type must be adam or sgd"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t", "model": {"kernel_sizes": [3, 9], "max_seq_len": 5}})").find("max_seq_len must be at least the widest kernel (9)"), std::string::npos);
   EXPECT_NE(configError(R"({"train_path": "t",)").find("malformed JSON"), std::string::npos);
+  // A number past a double's range is nlohmann's out_of_range, not a parse_error: it ended the
+  // worker (std::terminate; found by fuzz/worker_config's campaign).
+  EXPECT_NE(configError(R"({"train_path": "t", "trainer": {"seed": 666e666}})").find("c.json: malformed JSON"),
+            std::string::npos);
   // A value nested 200,000 deep overflowed the stack (SIGSEGV: a recursive copy and dump()).
   std::string deep = std::string(200000, '[') + std::string(200000, ']');
   EXPECT_NE(configError(R"({"train_path": "t", "distributed_world_size": )" + deep + "}")
