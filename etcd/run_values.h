@@ -8,9 +8,9 @@
 //
 //   state            {"round": uint64, "phase": string, "min": int 1.., "max": int min..,
 //                     "since": int64 >= 0 (Unix ms), "nodes": [join value] (required and not
-//                     empty when "phase" is "running" or "finished"; ranks in all < 2^31),
+//                     empty when "phase" is "running"; ranks in all < 2^31),
 //                     "event": round event (required when "phase" is "ended")}
-//   round event      {"kind": a RoundEvent kind, "node": string, "host": string,
+//   round event      {"kind": int >= 0 (a RoundEvent kind), "node": string, "host": string,
 //                     "group_rank": int >= -1, "exit_code": int, "message": string}
 //   join/<r>/<node>  {"id": string, not empty, "host": string, "local_world_size": int 1..,
 //                     "master_port": int 0..65535 (these four required), "store_port": int

@@ -33,6 +33,8 @@ TEST(RunValues, WhatLaunchWritesPasses) {
   json finished = running();
   finished["phase"] = "finished";
   EXPECT_TRUE(checkState(finished).ok());
+  finished.erase("nodes");  // as launch wrote it before b28b6a6
+  EXPECT_TRUE(checkState(finished).ok());
   json join = node("a");
   join["min"] = 1;
   join["max"] = 4;
@@ -86,8 +88,10 @@ TEST(RunValues, WhatAReaderIndexesMustBeThere) {
   s["phase"] = "ended";
   s.erase("nodes");
   EXPECT_EQ(refused(checkState(s)), "\"event\" should be how the round ended, in an ended state");
-  s["event"] = {{"kind", 9}};
-  EXPECT_EQ(refused(checkState(s)), "event: \"kind\" should be a round event's kind");
+  s["event"] = {{"kind", -1}};
+  EXPECT_EQ(refused(checkState(s)), "event: \"kind\" should be an integer from 0 to 2147483647");
+  s["event"] = {{"kind", 9}};  // a newer launch's kind
+  EXPECT_TRUE(checkState(s).ok());
   for (const char* field : {"id", "host", "local_world_size", "master_port"}) {
     json j = node("a");
     j.erase(field);

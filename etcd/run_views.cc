@@ -37,6 +37,13 @@ json checked(const mvccpb::KeyValue& kv, absl::Status (*check)(const json&)) {
   return value;
 }
 
+// A node's own key's value (a join, a status), checked: one that launch does not write shows
+// that node with nothing of it (an empty object) rather than failing the whole view.
+json orEmpty(const mvccpb::KeyValue& kv, absl::Status (*check)(const json&)) {
+  json value = json::parse(kv.value(), nullptr, /*allow_exceptions=*/false);
+  return check(value).ok() ? value : json::object();
+}
+
 // runPrefix's escape undone: "a%2Fb" -> "a/b".
 std::string unescape(const std::string& s) {
   std::string out;
@@ -135,7 +142,7 @@ absl::StatusOr<std::optional<v1::StatusReply>> gathering(Client& client, const s
   run->set_state(v1::RunSummary::WAITING);
   run->set_nodes(static_cast<int>(joins->kvs_size()));
   for (const auto& kv : joins->kvs()) {
-    json node = checked(kv, checkJoin);
+    json node = orEmpty(kv, checkJoin);
     run->set_min_nodes(node.value("min", 1));
     run->set_max_nodes(node.value("max", 1));
     addWaiting(reply, kv.key().substr(prefix.size() + joinKey(0, "").size()), node);
@@ -252,16 +259,16 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
       if (rest.rfind(dir, 0) != 0) continue;
       std::string node = rest.substr(dir.size());
       if (r == round) present.insert(node);
-      if (r == round + 1) waiting[node] = checked(kv, checkJoin);
+      if (r == round + 1) waiting[node] = orEmpty(kv, checkJoin);
     }
   }
   std::map<std::string, json> said;
   for (const auto& kv : statuses->kvs()) {
-    said[kv.key().substr(prefix.size() + std::string(kStatusDir).size())] = checked(kv, checkStatus);
+    said[kv.key().substr(prefix.size() + std::string(kStatusDir).size())] = orEmpty(kv, checkStatus);
   }
   auto fill = [&](v1::NodeView* v, const std::string& id) {
     auto s = said.find(id);
-    if (s == said.end() || !s->second.is_object()) {
+    if (s == said.end() || !s->second.contains("unix_ms")) {  // none, or not launch's
       v->set_heartbeat_age_ms(-1);
       return;
     }

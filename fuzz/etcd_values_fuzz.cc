@@ -48,7 +48,7 @@ void readState(const json& state) {
   (void)state.value("since", int64_t{0});
   (void)state.value("min", 1);
   (void)state.value("max", 1);
-  if (phase == "running" || phase == "finished") {
+  if (phase == "running") {
     const json& nodes = state["nodes"];
     if (!nodes.is_array() || nodes.empty()) __builtin_trap();
     int world = 0;

@@ -79,7 +79,8 @@ void Agent::emitWorkerEvents() {
     e.fromWorker = true;
     e.globalRank = w->spec.globalRank;
     e.localRank = w->spec.localRank;
-    e.roleWorldSize = at_.worldSize;
+    e.roleRank = at_.roleWorldSize > 0 ? at_.roleRankOffset + w->spec.localRank : w->spec.globalRank;
+    e.roleWorldSize = at_.roleWorldSize > 0 ? at_.roleWorldSize : at_.worldSize;
     e.workerId = w->pid;
     if (!w->exit) {
       e.state = "START";

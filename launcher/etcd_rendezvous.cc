@@ -500,7 +500,7 @@ void EtcdRendezvous::report(const pb::ReportRequest& request, Deadline deadline,
     json r = {{"outcome", request.outcome() == pb::ReportRequest::SUCCEEDED ? "succeeded" : "failed"},
               {"exit_code", request.exit_code()},
               {"message", request.message()}};
-    put.set_value(r.dump());
+    put.set_value(etcd_rounds::dumped(r));
     put.set_lease(lease_);
     auto written = client_->put(put, std::min(deadline, deadlineAfter(kWriteDeadline)));
     if (!written.ok()) {
@@ -544,7 +544,7 @@ void EtcdRendezvous::setStatus(const pb::NodeStatus& status) {
                   {"status", json::parse(body, nullptr, false)}};
     etcd::pb::PutRequest put;
     put.set_key(key(etcd::statusKey(nodeId_)));
-    put.set_value(value.dump());
+    put.set_value(etcd_rounds::dumped(value));
     put.set_lease(lease_);
     if (auto s = client_->put(put, deadlineAfter(Millis(2000))); !s.ok()) {
       logger()->debug("run '{}': could not write this node's status: {}", runId_, std::string(s.status().message()));

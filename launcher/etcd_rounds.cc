@@ -123,7 +123,7 @@ bool EtcdRendezvous::writeState(const json& state, int64_t lease) {
   compare->set_mod_revision(view_.stateRevision);  // 0: the key is not there
   auto* put = txn.add_success()->mutable_request_put();
   put->set_key(key(etcd::kStateKey));
-  put->set_value(state.dump());
+  put->set_value(etcd_rounds::dumped(state));
   put->set_lease(lease);
   auto done = client_->txn(txn, deadlineAfter(kWriteDeadline));
   if (!done.ok()) {
@@ -195,7 +195,7 @@ void EtcdRendezvous::stepJoin() {
                  {"role", req.node().role()},
                  {"min", req.min_nodes()},
                  {"max", req.max_nodes()}};
-    put->set_value(node.dump());
+    put->set_value(etcd_rounds::dumped(node));
     put->set_lease(lease_);
     // From the round it was in (an earlier join's, whose round may still run: its decider
     // then sees this node gone from it).
@@ -356,15 +356,17 @@ void EtcdRendezvous::decide() {
       if (!fresh.ok()) return;  // the next event asks again
       const auto& joinRead = fresh->responses(0).response_range();
       const auto& reportRead = fresh->responses(1).response_range();
+      // A key whose value fails its check is left out (applyPut): not read again, and the
+      // node with no join key of launch's is lost.
       if (reportRead.kvs_size() > 0) {
         const auto& kv = reportRead.kvs(0);
         applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
-        return decide();
+        if (reports.count(id)) return decide();
       }
       if (joinRead.kvs_size() > 0) {
         const auto& kv = joinRead.kvs(0);
         applyPut(kv.key(), kv.value(), kv.create_revision(), kv.mod_revision());
-        continue;
+        if (joined.byNode.count(id)) continue;
       }
       endRound(round, nodeEvent(pb::RoundEvent::NODE_LOST, node, static_cast<int>(rank),
                                   fmt::format("node {} (group rank {}) was lost: its etcd lease ended (no keep-alive "

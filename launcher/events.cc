@@ -58,7 +58,7 @@ std::string eventLine(const ElasticEvent& e) {
   if (e.fromWorker) {
     // torchelastic writes these as one-element tuples.
     md["local_rank"] = one(e.localRank);
-    md["role_rank"] = one(e.globalRank);
+    md["role_rank"] = one(e.roleRank);
     md["role_world_size"] = one(e.roleWorldSize);
     md["exit_code"] = one(e.exitCode);
     md["worker_pid"] = one(e.workerPid);

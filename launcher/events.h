@@ -14,7 +14,7 @@ struct ElasticEvent {
   std::string state;  // RENDEZVOUS, ASSIGN_WORKER_RANKS, START, SUCCEEDED, FAILED, TERMINATED
   bool fromWorker = false;  // source WORKER, else AGENT
   std::string runId, role, hostname, rdzvBackend;
-  std::optional<int> globalRank, groupRank, localRank, groupWorldSize, roleWorldSize, exitCode;
+  std::optional<int> globalRank, groupRank, localRank, groupWorldSize, roleRank, roleWorldSize, exitCode;
   bool groupKnown = true;            // false: group rank and size null (before the first round)
   std::optional<long> workerId;      // the worker's pid, as its id
   std::optional<long> workerPid;     // the pid of a failed worker (torchelastic's failure.pid)

@@ -434,7 +434,10 @@ absl::StatusOr<SharedDirChannel::Received> SharedDirChannel::fetch(const std::st
   // kind, skipped this and made a tensor of the header's dtype and shape over a shorter mapping
   // (found reading the channel for the fuzz targets).
   if (r.kind != kTensor && r.kind != kBytes) return bad(fmt::format("unknown payload kind {}", h.kind));
-  if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions)) {
+  // Undefined lies below NumOptions and has no size: elementSize threw c10::Error out of recv()
+  // (found reviewing the channel_files target; corpus regress-dtype-undefined).
+  if (h.dtype < 0 || h.dtype >= static_cast<int32_t>(at::ScalarType::NumOptions) ||
+      r.dtype == at::ScalarType::Undefined) {
     return bad(fmt::format("unknown dtype code {}", h.dtype));
   }
   uint64_t total = 0;

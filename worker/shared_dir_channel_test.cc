@@ -237,6 +237,16 @@ TEST_F(ChannelTest, AFileOfAnotherKindIsCheckedAsStrictly) {
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_NE(s.message().find("unknown payload kind 7"), std::string::npos) << s;
   }
+  {
+    // Undefined is below NumOptions but has no element size: c10::Error came out of recv().
+    auto c = open(0, 1);
+    auto s = spoiledReceive(*c, [](const fs::path& p) {
+      auto undefined = static_cast<int32_t>(at::ScalarType::Undefined);
+      forgeHeader(p, 40, &undefined, 4);
+    });
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("unknown dtype code"), std::string::npos) << s;
+  }
 }
 
 TEST_F(ChannelTest, HeaderIsCheckedCompletely) {

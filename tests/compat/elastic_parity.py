@@ -192,9 +192,11 @@ def compare(c, theirs, ours):
             kept.add(f"exit status {o}, torchrun {t} ({why})")
         else:
             diffs.append(f"exit status: launch {o}, torchrun {t}")
-    wanted_nonzero = c["refused"] or c["fails"]
+    # Both sides failing alike is no pass of a case that expects success, nor the reverse.
     for who, side in (("torchrun", theirs), ("launch", ours)):
-        if any(code == 0 for code in side["codes"]) == wanted_nonzero and not diffs:
+        expected = all(code != 0 for code in side["codes"]) if c["refused"] or c["fails"] \
+            else all(code == 0 for code in side["codes"])
+        if not expected:
             diffs.append(f"{who} exited {side['codes']}, which this case does not expect")
     if theirs["files"] != ours["files"]:
         diffs.append(f"the ranks' files: launch {ours['files']}, torchrun {theirs['files']}")
@@ -204,6 +206,8 @@ def compare(c, theirs, ours):
             diffs.append(f"console lines {c['console']!r}: launch {seen[1]}, torchrun {seen[0]}")
         if not seen[0]:
             diffs.append(f"torchrun printed no line {c['console']!r}: the case checks nothing")
+    if c["error_file"] and theirs["reported"] is None:
+        diffs.append("torchrun wrote no launcher's error file: the case checks nothing")
     if c["error_file"] and message_of(theirs["reported"]) != message_of(ours["reported"]):
         diffs.append(f"the launcher's error file: launch {message_of(ours['reported'])}, "
                      f"torchrun {message_of(theirs['reported'])}")

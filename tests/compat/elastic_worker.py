@@ -10,7 +10,8 @@ say it writes under OUT, named by its RANK.
                    one-hot tensor that must sum to the world size
   kill_self        rank 1 of the first attempt sends itself SIGKILL; every rank of a later
                    attempt creates OUT/<RANK>.<attempt>
-  bipolar          odd ranks raise; even ranks create OUT/<RANK>.<attempt>
+  bipolar          odd ranks raise (a second after the start, so that the even ranks have made
+                   their file); even ranks create OUT/<RANK>.<attempt>
   env NAME...      writes each NAME's value (or <unset>) to OUT/<RANK>.env
   error_file JSON  writes JSON to $TORCHELASTIC_ERROR_FILE and exits 1 (rank 0 only; the
                    others end well)
@@ -18,6 +19,7 @@ say it writes under OUT, named by its RANK.
 import os
 import signal
 import sys
+import time
 
 VARIABLES = ["LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
              "WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -56,11 +58,14 @@ def main(argv):
         touch(os.path.join(out, rank))
         dist.destroy_process_group()
     elif mode == "kill_self":
-        if attempt == "0" and rank == "1":
-            os.kill(os.getpid(), signal.SIGKILL)
+        if attempt == "0":
+            if rank == "1":
+                os.kill(os.getpid(), signal.SIGKILL)
+            return  # the other ranks of the first attempt are stopped at any moment
         touch(os.path.join(out, f"{rank}.{attempt}"))
     elif mode == "bipolar":
         if int(rank) % 2 == 1:
+            time.sleep(1)
             raise RuntimeError(f"rank {rank} fails")
         touch(os.path.join(out, f"{rank}.{attempt}"))
     elif mode == "env":
