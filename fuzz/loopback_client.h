@@ -27,21 +27,27 @@ namespace muster::fuzz {
 // `finished`, when given, says from the bytes received so far that the server has said its last.
 inline std::string exchange(int port, std::string_view input, int idleMs = 50,
                             const std::function<bool(const std::string&)>& finished = nullptr) {
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) __builtin_trap();
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   // Thousands of connections a second leave as many in TIME_WAIT: no local port free for a
   // moment is the harness's limit, not the server's; a refusal is the server's.
-  int tries = 0;
-  while (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    if (errno == EADDRNOTAVAIL && ++tries < 500) {
+  int s = -1;
+  for (int tries = 0;; ++tries) {
+    s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) __builtin_trap();
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
+    int err = errno;
+    ::close(s);  // a socket whose connect failed is not used again (POSIX leaves it unspecified)
+    // libFuzzer's -timeout alarm (SIGALRM every second) interrupts a connect that waits (a SYN
+    // answered by a TIME_WAIT's ACK is sent again a second later): that is no answer either.
+    if (err == EINTR) continue;
+    if (err == EADDRNOTAVAIL && tries < 500) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    std::fprintf(stderr, "loopback_client: connect to port %d: %s\n", port, std::strerror(errno));
+    std::fprintf(stderr, "loopback_client: connect to port %d: %s\n", port, std::strerror(err));
     __builtin_trap();
   }
   linger l{1, 0};
@@ -56,14 +62,17 @@ inline std::string exchange(int port, std::string_view input, int idleMs = 50,
       halfClosed = true;
     }
     pollfd p{s, static_cast<short>(POLLIN | (sent < input.size() ? POLLOUT : 0)), 0};
-    if (::poll(&p, 1, idleMs) <= 0) break;  // the server holds the connection: reset it
+    int ready = ::poll(&p, 1, idleMs);
+    if (ready < 0 && errno == EINTR) continue;  // libFuzzer's alarm, not the server
+    if (ready <= 0) break;  // the server holds the connection: reset it
     if ((p.revents & POLLOUT) && sent < input.size()) {
       ssize_t k = ::send(s, input.data() + sent, input.size() - sent, MSG_NOSIGNAL);
       if (k > 0) sent += static_cast<size_t>(k);
-      if (k < 0) sent = input.size();  // reset by the server: read what it said
+      if (k < 0 && errno != EINTR) sent = input.size();  // reset by the server: read what it said
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t k = ::recv(s, buf, sizeof buf, 0);
+      if (k < 0 && errno == EINTR) continue;
       if (k <= 0) break;
       got.append(buf, static_cast<size_t>(k));
       if (finished && finished(got)) break;

@@ -3,6 +3,7 @@
 // answers. The front never crashes or wedges; once the client is gone its connection, its parked
 // waits and barriers are gone too, and a later client is served (a PING answers).
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,7 +48,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                       tcpstore::encode(ping, tcpstore::Generation::kV2);
   std::string answer =
       fuzz::exchange(front->port(), hello, 5000, [](const std::string& got) { return got.size() >= 4; });
-  if (answer != std::string("\x07\0\0\0", 4)) __builtin_trap();
+  if (answer != std::string("\x07\0\0\0", 4)) {
+    std::fprintf(stderr, "tcpstore_front: a PING after the input was answered with %zu bytes\n", answer.size());
+    __builtin_trap();
+  }
   if (!fuzz::settled([] { return front->connections() == 0; })) __builtin_trap();
   return 0;
 }
