@@ -21,8 +21,6 @@ absl::Status bad(std::string_view field, std::string_view should) {
   return absl::InvalidArgumentError(fmt::format("\"{}\" should be {}", field, should));
 }
 
-bool isObject(const json& value) { return value.is_object(); }
-
 // An integer field within [lo, hi]; absent is fine unless `required`. A float (1e300, 2.5) is
 // not an integer: nlohmann would cast it.
 absl::Status integer(const json& value, std::string_view field, int64_t lo, int64_t hi, bool required = false) {
@@ -62,7 +60,7 @@ absl::Status nnodes(const json& value) {
   return absl::OkStatus();
 }
 
-// Prefixes a nested value's message with where it is: "nodes[3].id ...".
+// Prefixes a nested value's message with where it is: "nodes[3]: \"id\" should be ...".
 absl::Status within(const std::string& where, absl::Status s) {
   if (s.ok()) return s;
   return absl::InvalidArgumentError(fmt::format("{}: {}", where, std::string(s.message())));
@@ -71,7 +69,7 @@ absl::Status within(const std::string& where, absl::Status s) {
 }  // namespace
 
 absl::Status checkJoin(const json& value) {
-  if (!isObject(value)) return absl::InvalidArgumentError("not a JSON object");
+  if (!value.is_object()) return absl::InvalidArgumentError("not a JSON object");
   if (auto s = string(value, "id", true); !s.ok()) return s;
   if (value["id"].get_ref<const std::string&>().empty()) return bad("id", "a node id, not empty");
   if (auto s = string(value, "host", true); !s.ok()) return s;
@@ -83,7 +81,7 @@ absl::Status checkJoin(const json& value) {
 }
 
 absl::Status checkRoundEvent(const json& value) {
-  if (!isObject(value)) return absl::InvalidArgumentError("not a JSON object");
+  if (!value.is_object()) return absl::InvalidArgumentError("not a JSON object");
   // A kind this version does not know (a newer launch's) is kept as a number: the enum is open.
   if (auto s = integer(value, "kind", 0, kIntMax); !s.ok()) return s;
   for (const char* field : {"node", "host", "message"}) {
@@ -94,7 +92,7 @@ absl::Status checkRoundEvent(const json& value) {
 }
 
 absl::Status checkState(const json& value) {
-  if (!isObject(value)) return absl::InvalidArgumentError("not a JSON object");
+  if (!value.is_object()) return absl::InvalidArgumentError("not a JSON object");
   if (auto s = unsignedInteger(value, "round"); !s.ok()) return s;
   if (auto s = string(value, "phase"); !s.ok()) return s;
   if (auto s = nnodes(value); !s.ok()) return s;
@@ -125,7 +123,7 @@ absl::Status checkState(const json& value) {
 }
 
 absl::Status checkReport(const json& value) {
-  if (!isObject(value)) return absl::InvalidArgumentError("not a JSON object");
+  if (!value.is_object()) return absl::InvalidArgumentError("not a JSON object");
   if (auto s = string(value, "outcome"); !s.ok()) return s;
   if (auto o = value.value("outcome", std::string("failed")); o != "succeeded" && o != "failed") {
     return bad("outcome", "\"succeeded\" or \"failed\"");
@@ -135,7 +133,7 @@ absl::Status checkReport(const json& value) {
 }
 
 absl::Status checkStatus(const json& value) {
-  if (!isObject(value)) return absl::InvalidArgumentError("not a JSON object");
+  if (!value.is_object()) return absl::InvalidArgumentError("not a JSON object");
   if (auto s = integer(value, "unix_ms", 0, std::numeric_limits<int64_t>::max()); !s.ok()) return s;
   if (auto s = unsignedInteger(value, "round"); !s.ok()) return s;
   if (auto it = value.find("status"); it != value.end() && !it->is_object()) return bad("status", "a JSON object");

@@ -177,26 +177,30 @@ absl::StatusOr<v1::StatusReply> statusOfKeys(Client& client, const std::string& 
 // A key that holds what launch never writes (another program's, a hand edit) is one clear
 // error naming it, not a crash: nlohmann's value() throws on a wrong type.
 absl::StatusOr<v1::RunsReply> runsOf(Client& client, Deadline deadline) {
+  auto notLaunchs = [&](const char* what) {
+    return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
+                                           client.endpointList(), client.options().runsPrefix, what));
+  };
   try {
     return runsOfKeys(client, deadline);
   } catch (const NotLaunchs& e) {
-    return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
-                                           client.endpointList(), client.options().runsPrefix, e.what()));
+    return notLaunchs(e.what());
   } catch (const json::exception& e) {
-    return absl::DataLossError(fmt::format("etcd at {}: a run's keys under {}/ hold what launch does not write ({})",
-                                           client.endpointList(), client.options().runsPrefix, e.what()));
+    return notLaunchs(e.what());
   }
 }
 
 absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline) {
+  auto notLaunchs = [&](const char* what) {
+    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
+                                           client.endpointList(), runId, what));
+  };
   try {
     return statusOfKeys(client, runId, deadline);
   } catch (const NotLaunchs& e) {
-    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
-                                           client.endpointList(), runId, e.what()));
+    return notLaunchs(e.what());
   } catch (const json::exception& e) {
-    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s keys hold what launch does not write ({})",
-                                           client.endpointList(), runId, e.what()));
+    return notLaunchs(e.what());
   }
 }
 

@@ -19,14 +19,14 @@ std::shared_ptr<spdlog::logger> logger();
 // at once, or after an election.
 inline constexpr Millis kWriteDeadline{10000};
 
-// The end of a round on account of `node` (of the running round's nodes, at `rank`; -1 for a
-// node not in it).
 // A value as etcd keeps it. Bytes that are not UTF-8 (a --role, a worker's failure message) are
 // written as U+FFFD: nlohmann's dump() would throw on them, on the rendezvous thread.
 inline std::string dumped(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// The end of a round on account of `node` (of the running round's nodes, at `rank`; -1 for a
+// node not in it).
 ::muster::v1::RoundEvent nodeEvent(::muster::v1::RoundEvent::Kind kind, const nlohmann::json& node, int rank,
                                    std::string message);
 

@@ -467,28 +467,20 @@ void MemoryStore::account(const std::string& ns, int64_t bytes, int64_t keys, in
 }
 
 bool MemoryStore::setLocked(Namespace& space, const std::string& ns, const std::string& key,
-                            std::string value, pb::StoreResponse& resp, Ready& ready) {
+                            std::string value, pb::StoreResponse& resp, Ready& ready, bool roomChecked) {
   auto it = space.kv.find(key);
   bool fresh = it == space.kv.end() && space.queues.count(key) == 0;
   int64_t oldBytes = it == space.kv.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
   int64_t delta = static_cast<int64_t>(key.size() + value.size()) - oldBytes;
-  if (!roomFor(ns, "setting " + quoted(key), delta, fresh ? 1 : 0, resp)) return false;
-  putLocked(space, ns, key, std::move(value), ready);
-  return true;
-}
-
-void MemoryStore::putLocked(Namespace& space, const std::string& ns, const std::string& key, std::string value,
-                            Ready& ready) {
-  auto it = space.kv.find(key);
-  bool fresh = it == space.kv.end() && space.queues.count(key) == 0;
-  int64_t oldBytes = it == space.kv.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
-  account(ns, static_cast<int64_t>(key.size() + value.size()) - oldBytes, fresh ? 1 : 0);
+  if (!roomChecked && !roomFor(ns, "setting " + quoted(key), delta, fresh ? 1 : 0, resp)) return false;
+  account(ns, delta, fresh ? 1 : 0);
   if (it == space.kv.end()) {
     space.kv.emplace(key, std::move(value));
     keyArrived(space, key, ready);
   } else {
     it->second = std::move(value);
   }
+  return true;
 }
 
 // Requests here have passed validateRequest: sizes and counts are within the limits.
@@ -593,7 +585,8 @@ void MemoryStore::run(const pb::StoreRequest& req, pb::StoreResponse& resp, Read
       }
       if (!roomFor(req.ns(), "multi_set", delta, fresh, resp)) return;
       for (int i = 0; i < op.keys_size(); ++i) {
-        if (last[op.keys(i)] == i) putLocked(space, req.ns(), op.keys(i), op.values(i), ready);
+        if (last[op.keys(i)] != i) continue;  // a key set twice: its last value
+        setLocked(space, req.ns(), op.keys(i), op.values(i), resp, ready, /*roomChecked=*/true);
       }
       return;
     }

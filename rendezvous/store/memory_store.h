@@ -132,10 +132,10 @@ class MemoryStore {
   void run(const pb::StoreRequest& req, pb::StoreResponse& resp, Ready& ready);
   bool park(const pb::StoreRequest& req, std::vector<std::string> keys, Completion& done,
             pb::StoreResponse& resp);
+  // `roomChecked`: the caller checked the room for a call as a whole (a multi_set): no check of
+  // this key's own, which could refuse part of a call the whole of which fits.
   bool setLocked(Namespace& space, const std::string& ns, const std::string& key,
-                 std::string value, pb::StoreResponse& resp, Ready& ready);
-  // setLocked without the room check: for a call whose room was checked as a whole.
-  void putLocked(Namespace& space, const std::string& ns, const std::string& key, std::string value, Ready& ready);
+                 std::string value, pb::StoreResponse& resp, Ready& ready, bool roomChecked = false);
   // Completes the waiters whose keys are now all present: every one, or only the first
   // (a queue push, whose value one pop takes).
   void keyArrived(Namespace& space, const std::string& key, Ready& ready, bool onlyOne = false);
