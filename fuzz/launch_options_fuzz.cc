@@ -1,10 +1,12 @@
 // launch's command line and environment (PET_*, SLURM_*, MUSTER_*, TORCH_*), as
 // parseLaunchOptions reads them, and the parsers under it fed directly (--rdzv_conf,
-// comma lists, Slurm host lists, host:port, --torchrun_version). Bad input is one
+// comma lists, Slurm host lists, host:port, --torchrun_version, CUDA_VISIBLE_DEVICES on a
+// host of 0-8 GPUs with or without their UUIDs). Bad input is one
 // INVALID_ARGUMENT line (NOT_FOUND carries --help's text); nothing throws; options that parse
 // are consistent.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -13,6 +15,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "launcher/devices.h"
 #include "launcher/option_values.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
@@ -42,9 +45,10 @@ bool expected(const absl::Status& s) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider p(data, size);
-  switch (p.ConsumeIntegralInRange(0, 5)) {
+  switch (p.ConsumeIntegralInRange(0, 6)) {
     case 0: {
-      // CUDA_VISIBLE_DEVICES keeps the GPU count off /dev: the same answer on every machine.
+      // gpu and auto count this host's /dev/nvidiaN (none on a fuzzing machine): the same
+      // answer each run.
       std::map<std::string, std::string> env{{"CUDA_VISIBLE_DEVICES", "0,1"}};
       for (int k = p.ConsumeIntegralInRange(0, 8); k > 0; --k) {
         env[kVariables[p.ConsumeIntegralInRange<size_t>(0, std::size(kVariables) - 1)]] =
@@ -81,6 +85,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 4:
       (void)muster::net::splitHostPort(p.ConsumeRemainingBytesAsString());
       break;
+    case 6: {
+      // Counts within what the list names and the host has; fewer than listed says why.
+      NvidiaHost host;
+      host.devices = p.ConsumeIntegralInRange(0, 8);
+      if (p.ConsumeBool()) {  // UUIDs GPU-a0.. (GPU-a is every one's prefix) and MIG-b0..
+        host.uuids.emplace();
+        for (int i = 0; i < host.devices; ++i) {
+          host.uuids->gpus.push_back("GPU-a" + std::to_string(i));
+          host.uuids->migs.push_back("MIG-b" + std::to_string(i));
+        }
+      }
+      std::string value = p.ConsumeRemainingBytesAsString();
+      auto v = visibleGpus(value, host);
+      int listed = static_cast<int>(std::count(value.begin(), value.end(), ',')) + 1;
+      bool unchecked = !host.uuids && value.rfind("MIG-", 0) == 0;  // counted as listed
+      if (v.cuda < 0 || v.torch < 0 || v.cuda > listed || v.torch > listed) __builtin_trap();
+      if (!unchecked && (v.cuda > host.devices || v.torch > host.devices)) __builtin_trap();
+      if ((v.cuda < listed || v.torch < listed) && v.why.empty()) __builtin_trap();
+      for (const char* nproc : {"gpu", "auto"}) {
+        auto n = resolveNproc(nproc, {{"CUDA_VISIBLE_DEVICES", value}}, host);
+        if (!n.ok() && !expected(n.status())) __builtin_trap();
+        if (n.ok() && *n < 1) __builtin_trap();
+      }
+      break;
+    }
     default: {
       auto v = TorchrunVersion::parse(p.ConsumeRemainingBytesAsString());
       if (!v.ok() && !expected(v.status())) __builtin_trap();

@@ -37,6 +37,29 @@ def case(name, flags, program=None, env=None, since=(1, 13), refused=False, fail
                 needs=needs)
 
 
+NO_CUDA = "when CUDA shows no device"  # refused where torch.cuda.device_count() is 0
+_cuda_counts = {}
+
+
+def cuda_count(visible):
+    """torch.cuda.device_count() of this torch with CUDA_VISIBLE_DEVICES=visible (None: unset)."""
+    if visible not in _cuda_counts:
+        env = dict(os.environ)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        done = subprocess.run([PY, "-c", "import torch; print(torch.cuda.device_count())"], env=env,
+                              capture_output=True, text=True, timeout=120, check=True)
+        _cuda_counts[visible] = int(done.stdout.split()[-1])
+    return _cuda_counts[visible]
+
+
+def refused(c):
+    if c["refused"] == NO_CUDA:
+        return cuda_count(c["env"].get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))) == 0
+    return c["refused"]
+
+
 C10D = ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:{port}"]
 PET = {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "4", "PET_RDZV_ID": "pet", "PET_MONITOR_INTERVAL": "1",
        "PET_START_METHOD": "spawn", "PET_NO_PYTHON": "1", "PET_MASTER_PORT": "{port}"}
@@ -57,6 +80,18 @@ CASES = [
     case("env_vars_module", [], ["{sh}"], env=dict(PET, PET_MODULE="1"), refused=True),
     case("nproc_auto", ["--nproc_per_node=auto", "--master_port={port}", "--no_python"], ["{sh}"],
          env={"CUDA_VISIBLE_DEVICES": ""}),
+    # test_nproc_gpu_launch_configurations with real devices: as many workers as CUDA shows
+    # (none: refused), CUDA_VISIBLE_DEVICES read as CUDA reads it (launcher/devices.cc)
+    case("nproc_gpu", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"], ["{sh}"],
+         refused=NO_CUDA),
+    case("nproc_gpu_visible_beyond", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"}, refused=NO_CUDA),
+    case("nproc_gpu_visible_first_missing", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "1,0"}, refused=NO_CUDA),
+    case("nproc_gpu_visible_repeated", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,0"}, refused=NO_CUDA),
+    case("nproc_auto_visible_beyond", ["--nproc_per_node=auto", "--master_port={port}", "--no_python"],
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"}),
     case("nproc_unknown", ["--nproc_per_node=unknown", "--master_port={port}", "--no_python"], ["{sh}"],
          refused=True),
     case("elastic", ["--nnodes=1:2", "--nproc_per_node=4", "--max_restarts=0"] + C10D
@@ -115,7 +150,7 @@ CASES = [
 
 # Differences launch keeps on purpose: (what, applies to this case, why).
 KEPT = [
-    ("exit status", lambda c, t, o: c["refused"] and t == 1 and o == 2,
+    ("exit status", lambda c, t, o: refused(c) and t == 1 and o == 2,
      "bad input is exit 2 under launch, before anything starts (docs/launching.md); torchrun "
      "raises from its argument checks and exits 1 with a traceback"),
 ]
@@ -194,7 +229,7 @@ def compare(c, theirs, ours):
             diffs.append(f"exit status: launch {o}, torchrun {t}")
     # Both sides failing alike is no pass of a case that expects success, nor the reverse.
     for who, side in (("torchrun", theirs), ("launch", ours)):
-        expected = all(code != 0 for code in side["codes"]) if c["refused"] or c["fails"] \
+        expected = all(code != 0 for code in side["codes"]) if refused(c) or c["fails"] \
             else all(code == 0 for code in side["codes"])
         if not expected:
             diffs.append(f"{who} exited {side['codes']}, which this case does not expect")

@@ -3,7 +3,7 @@
 # packed .gpu here (carried to the machine). Uses the machine's python3, its torch, torchrun,
 # NCCL and CUDA runtime. Prints everything; exit 0 only when every check passed. Files for the
 # record (the store bench's CSV) go to $OUT when it is set, else to .gpu/out.
-#   [CHECKS="nccl parity ddp bench docnn worker events store"] tests/gpu/device_check.sh [DEMO_DATA_DIR]
+#   [CHECKS="nccl parity ddp bench docnn worker events store visible elastic"] tests/gpu/device_check.sh [DEMO_DATA_DIR]
 # 1. the machine: nvidia-smi, driver, CUDA, torch and its C++ ABI, NCCL, compiler, cmake,
 #    glibc, descriptor limits
 # 2. muster's NCCL path: worker_test's NCCL self-check, and launch --nproc_per_node=1 nccl_check
@@ -14,11 +14,15 @@
 #    worker built there against the machine's LibTorch (build_worker.sh), `worker train` on the
 #    GPU with ProcessGroupNCCL and on the CPU with Gloo, the Python DocNN on the GPU beside it
 # 5. `store`: store_startup.py, launch's TCPStore front beside torch's libuv and classic servers
+# 6. `visible`: visible_devices.py, the workers of --nproc_per_node=gpu and auto under each
+#    CUDA_VISIBLE_DEVICES by torchrun and launch, with CUDA's own count; `elastic`:
+#    elastic_parity.py, torchelastic's launcher tests by this torch's torchrun and by launch
+#    (ELASTIC_CASES: only these cases)
 set -uo pipefail
 here=$(pwd)
 data=${1:-}
 failed=()
-checks=" ${CHECKS:-nccl parity ddp bench docnn worker pydocnn events store} "
+checks=" ${CHECKS:-nccl parity ddp bench docnn worker pydocnn events store visible elastic} "
 out=${OUT:-$here/.gpu/out}
 mkdir -p "$out"
 want() { [[ $checks == *" $1 "* ]]; }
@@ -161,6 +165,11 @@ fi
 want store && check "TCPStore start-up and operations: launch's front, torch's libuv and classic servers" \
   timeout 240 "$py" tests/gpu/store_startup.py --launch "$here/build/launcher/launch" \
     --sizes 1024,4096,16000 --step-timeout 45 --out "$out/store.csv"
+
+want visible && check "--nproc_per_node=gpu and auto under each CUDA_VISIBLE_DEVICES, torchrun $version and launch" \
+  env CUDART="$cudart" timeout 240 "$py" tests/gpu/visible_devices.py "$here/build/launcher/launch" --out "$out/visible.json"
+want elastic && check "torchelastic's launcher tests, torchrun $version and launch" \
+  env PARITY_VERBOSE=1 timeout 420 "$py" tests/compat/elastic_parity.py "$here/build/launcher/launch" ${ELASTIC_CASES:-}
 
 if [ ${#failed[@]} -eq 0 ]; then echo "device_check: every check passed"; exit 0; fi
 printf 'device_check: FAILED: %s\n' "${failed[@]}"
