@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "launcher/devices.h"
+#include "launcher/visible_gpus.h"
 #include "launcher/option_values.h"
 #include "launcher/options.h"
 #include "launcher/slurm.h"
@@ -86,26 +87,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)muster::net::splitHostPort(p.ConsumeRemainingBytesAsString());
       break;
     case 6: {
-      // Counts within what the list names and the host has; fewer than listed says why.
+      // Counts within what the list names and the host has; fewer than listed says why, in
+      // one line; gpu and auto give workers or one line.
       NvidiaHost host;
       host.devices = p.ConsumeIntegralInRange(0, 8);
-      if (p.ConsumeBool()) {  // UUIDs GPU-a0.. (GPU-a is every one's prefix) and MIG-b0..
-        host.uuids.emplace();
-        for (int i = 0; i < host.devices; ++i) {
-          host.uuids->gpus.push_back("GPU-a" + std::to_string(i));
-          host.uuids->migs.push_back("MIG-b" + std::to_string(i));
-        }
+      host.nvml = p.ConsumeBool() ? NvmlState::kRead : NvmlState::kUnreadable;
+      for (int i = 0; host.nvml == NvmlState::kRead && i < host.devices; ++i) {
+        host.uuids.gpus.push_back("GPU-a" + std::to_string(i));  // GPU-a is every one's prefix
+        host.uuids.migs.push_back("MIG-b" + std::to_string(i));
       }
+      bool nvmlCheck = p.ConsumeBool();
       std::string value = p.ConsumeRemainingBytesAsString();
       auto v = visibleGpus(value, host);
       int listed = static_cast<int>(std::count(value.begin(), value.end(), ',')) + 1;
-      bool unchecked = !host.uuids && value.rfind("MIG-", 0) == 0;  // counted as listed
-      if (v.cuda < 0 || v.torch < 0 || v.cuda > listed || v.torch > listed) __builtin_trap();
-      if (!unchecked && (v.cuda > host.devices || v.torch > host.devices)) __builtin_trap();
+      if (v.needsNvml || v.cuda < -1 || v.torch < -1) __builtin_trap();
+      if (v.cuda > std::min(listed, host.devices) || v.torch > std::min(listed, host.devices)) __builtin_trap();
       if ((v.cuda < listed || v.torch < listed) && v.why.empty()) __builtin_trap();
+      if (v.why.find('\n') != std::string::npos) __builtin_trap();
+      std::map<std::string, std::string> env{{"CUDA_VISIBLE_DEVICES", value}};
+      if (nvmlCheck) env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1";
       for (const char* nproc : {"gpu", "auto"}) {
-        auto n = resolveNproc(nproc, {{"CUDA_VISIBLE_DEVICES", value}}, host);
-        if (!n.ok() && !expected(n.status())) __builtin_trap();
+        auto n = resolveNproc(nproc, env, host);
+        if (!n.ok() && (!expected(n.status()) || n.status().message().find('\n') != absl::string_view::npos)) {
+          __builtin_trap();
+        }
         if (n.ok() && *n < 1) __builtin_trap();
       }
       break;

@@ -193,8 +193,8 @@ LAUNCH_SEEDS = {
     "slurm-hosts": b"node[001-004,7],gpu-[1-2]" + fdp_tail(3),
     "host-port": b"[fe80::1%eth0]:29400" + fdp_tail(4),
     "torchrun-version": b"1.13.0a0+git" + fdp_tail(5),
-    "visible-devices": b" 0 ,1gpu,2,0" + fdp_tail(6, 2, 0),
-    "visible-uuids": b"GPU-a1,GPU-a0,GPU-a,0" + fdp_tail(6, 3, 1),
+    "visible-devices": b" 0 ,1gpu,2,0" + fdp_tail(6, 2, 0, 0),
+    "visible-uuids": b"GPU-a1,GPU-a0,GPU-a,0" + fdp_tail(6, 3, 1, 1),
 }
 
 # --- stacks ------------------------------------------------------------------------------------

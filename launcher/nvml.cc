@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 namespace muster::launcher {
 namespace {
 
@@ -22,14 +24,37 @@ struct Nvml {
 };
 
 template <typename F>
-void find(void* lib, const char* name, F& out) {
+void symbol(void* lib, const char* name, F& out) {
   out = reinterpret_cast<F>(dlsym(lib, name));
 }
 
 std::optional<std::string> uuidOf(const Nvml& nvml, Device d) {
   char text[kUuidBuffer] = {};
   if (nvml.uuid(d, text, kUuidBuffer) != 0) return std::nullopt;
-  return std::string(text);
+  return std::string(text, strnlen(text, kUuidBuffer));
+}
+
+// Every GPU's UUID and its MIG instances'; nullopt where NVML fails for any (torch then takes
+// CUDA's count, and so does launch).
+std::optional<GpuUuids> read(const Nvml& nvml) {
+  unsigned n = 0;
+  if (nvml.count(&n) != 0) return std::nullopt;
+  GpuUuids out;
+  for (unsigned i = 0; i < n; ++i) {
+    Device d = nullptr;
+    if (nvml.byIndex(i, &d) != 0) return std::nullopt;
+    auto id = uuidOf(nvml, d);
+    if (!id) return std::nullopt;
+    out.gpus.push_back(*id);
+    unsigned migs = 0;
+    if (!nvml.maxMigs || !nvml.migByIndex || nvml.maxMigs(d, &migs) != 0) continue;  // no MIG mode
+    for (unsigned m = 0; m < migs; ++m) {
+      Device mig = nullptr;
+      if (nvml.migByIndex(d, m, &mig) != 0) continue;  // an empty slot
+      if (auto migId = uuidOf(nvml, mig)) out.migs.push_back(*migId);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -38,33 +63,16 @@ std::optional<GpuUuids> readGpuUuids() {
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return std::nullopt;
   Nvml nvml{};
-  find(lib, "nvmlInit_v2", nvml.init);
-  find(lib, "nvmlShutdown", nvml.shutdown);
-  find(lib, "nvmlDeviceGetCount_v2", nvml.count);
-  find(lib, "nvmlDeviceGetHandleByIndex_v2", nvml.byIndex);
-  find(lib, "nvmlDeviceGetUUID", nvml.uuid);
-  find(lib, "nvmlDeviceGetMaxMigDeviceCount", nvml.maxMigs);
-  find(lib, "nvmlDeviceGetMigDeviceHandleByIndex", nvml.migByIndex);
+  symbol(lib, "nvmlInit_v2", nvml.init);
+  symbol(lib, "nvmlShutdown", nvml.shutdown);
+  symbol(lib, "nvmlDeviceGetCount_v2", nvml.count);
+  symbol(lib, "nvmlDeviceGetHandleByIndex_v2", nvml.byIndex);
+  symbol(lib, "nvmlDeviceGetUUID", nvml.uuid);
+  symbol(lib, "nvmlDeviceGetMaxMigDeviceCount", nvml.maxMigs);
+  symbol(lib, "nvmlDeviceGetMigDeviceHandleByIndex", nvml.migByIndex);
   std::optional<GpuUuids> out;
   if (nvml.init && nvml.shutdown && nvml.count && nvml.byIndex && nvml.uuid && nvml.init() == 0) {
-    unsigned n = 0;
-    if (nvml.count(&n) == 0) {
-      out.emplace();
-      for (unsigned i = 0; i < n; ++i) {
-        Device d = nullptr;
-        if (nvml.byIndex(i, &d) != 0) break;
-        auto id = uuidOf(nvml, d);
-        if (!id) break;
-        out->gpus.push_back(*id);
-        unsigned migs = 0;
-        if (!nvml.maxMigs || !nvml.migByIndex || nvml.maxMigs(d, &migs) != 0) continue;
-        for (unsigned m = 0; m < migs; ++m) {
-          Device mig = nullptr;
-          if (nvml.migByIndex(d, m, &mig) != 0) continue;  // an empty slot
-          if (auto migId = uuidOf(nvml, mig)) out->migs.push_back(*migId);
-        }
-      }
-    }
+    out = read(nvml);
     nvml.shutdown();
   }
   dlclose(lib);

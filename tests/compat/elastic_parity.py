@@ -27,14 +27,15 @@ SCRIPT = "#!/bin/sh\necho \"creating $1/$RANK\"\ntouch \"$1/$RANK\"\n"  # bin/te
 
 
 def case(name, flags, program=None, env=None, since=(1, 13), refused=False, fails=False,
-         agents=1, console=None, error_file=False, needs=None):
+         agents=1, console=None, error_file=False, needs=None, launch_says=None):
     """program: elastic_worker.py's MODE and arguments (["touch"] when None), or ["{sh}"] for
     the shell rank of --no_python. refused: bad input, nothing may start; fails: a rank fails.
     agents: how many launchers run the flags, or a list of each one's own extra flags.
-    console: a regular expression whose matches in the console are compared."""
+    console: a regular expression whose matches in the console are compared. launch_says: a
+    regular expression launch's console must match where the case is refused (its reason)."""
     return dict(name=name, flags=flags, program=program or ["touch"], env=env or {}, since=since,
                 refused=refused, fails=fails, agents=agents, console=console, error_file=error_file,
-                needs=needs)
+                needs=needs, launch_says=launch_says)
 
 
 NO_CUDA = "when CUDA shows no device"  # refused where torch.cuda.device_count() is 0
@@ -83,13 +84,13 @@ CASES = [
     # test_nproc_gpu_launch_configurations with real devices: as many workers as CUDA shows
     # (none: refused), CUDA_VISIBLE_DEVICES read as CUDA reads it (launcher/devices.cc)
     case("nproc_gpu", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"], ["{sh}"],
-         refused=NO_CUDA),
+         refused=NO_CUDA, launch_says="CUDA shows no GPU here"),
     case("nproc_gpu_visible_beyond", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
-         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"}, refused=NO_CUDA),
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"}, refused=NO_CUDA, launch_says="CUDA shows no GPU here"),
     case("nproc_gpu_visible_first_missing", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
-         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "1,0"}, refused=NO_CUDA),
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "1,0"}, refused=NO_CUDA, launch_says="CUDA shows no GPU here"),
     case("nproc_gpu_visible_repeated", ["--nproc_per_node=gpu", "--master_port={port}", "--no_python"],
-         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,0"}, refused=NO_CUDA),
+         ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,0"}, refused=NO_CUDA, launch_says="CUDA shows no GPU here"),
     case("nproc_auto_visible_beyond", ["--nproc_per_node=auto", "--master_port={port}", "--no_python"],
          ["{sh}"], env={"CUDA_VISIBLE_DEVICES": "0,1,2"}),
     case("nproc_unknown", ["--nproc_per_node=unknown", "--master_port={port}", "--no_python"], ["{sh}"],
@@ -241,6 +242,8 @@ def compare(c, theirs, ours):
             diffs.append(f"console lines {c['console']!r}: launch {seen[1]}, torchrun {seen[0]}")
         if not seen[0]:
             diffs.append(f"torchrun printed no line {c['console']!r}: the case checks nothing")
+    if c["launch_says"] and refused(c) and not re.search(c["launch_says"], ours["console"]):
+        diffs.append(f"launch refused without saying {c['launch_says']!r}")
     if c["error_file"] and theirs["reported"] is None:
         diffs.append("torchrun wrote no launcher's error file: the case checks nothing")
     if c["error_file"] and message_of(theirs["reported"]) != message_of(ours["reported"]):

@@ -55,13 +55,13 @@ def workers(argv, env):
     return f"refused (exit {done.returncode}): {last}"
 
 
-def one(value, launch, cudart, port):
-    env = dict(os.environ)
+def one(value, launch, cudart, port, extra=None):
+    env = dict(os.environ, **(extra or {}))
     if value is None:
         env.pop("CUDA_VISIBLE_DEVICES", None)
     else:
         env["CUDA_VISIBLE_DEVICES"] = value
-    row = {"value": value}
+    row = {"value": value, **({"env": extra} if extra else {})}
     probe = subprocess.run([PY, "-c", PROBE], env=dict(env, PROBE_CUDART=cudart),
                            capture_output=True, text=True, timeout=120)
     row.update(json.loads(probe.stdout) if probe.returncode == 0 else {"probe": probe.stderr[-300:]})
@@ -92,14 +92,21 @@ def main():
               "+0", "00", "0gpu", "0gpu,1", "gpu0", "-1", "0,-1,1", "-0", "0,,1", ",0", "0,abc",
               "abc", "4294967296", "99999999999999999999", u, u + ",0", "0," + u, u + "," + u,
               u[:12], u[4:], u.lower(), u + ",GPU-deadbeef", "GPU-deadbeef", "GPU-deadbeef," + u,
-              "MIG-deadbeef", "0,MIG-deadbeef", u + ",1"]
+              "MIG-deadbeef", "0,MIG-deadbeef", u + ",1",
+              # added after a review: bases, a sign alone, whole numbers, Python's blanks, Unicode
+              "0x1", "0X1", "0,+", "+", "0,--1", "-4294967296", "0,99999999999999999999,99999999999999999998",
+              "\x1c0", "0,\x1c1", "0,\u00a00", "\uff10", " " + u, u + ",MIG-deadbeef", "0,1\n"]
+    nvml_check = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    runs = [(v, None) for v in values] + [(v, nvml_check) for v in ("0", "0,1,0", "\x1c0", "4294967296")]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        rows = list(pool.map(lambda iv: one(iv[1], args.launch, args.cudart, 29700 + 2 * iv[0]),
-                             enumerate(values)))
+        rows = list(pool.map(lambda iv: one(iv[1][0], args.launch, args.cudart, 29700 + 2 * iv[0], iv[1][1]),
+                             enumerate(runs)))
     differ = 0
     for r in rows:
+        # The same count, or both refused: torchrun with its exit 1, launch with one line and exit 2.
         same = all(r[f"torchrun_{n}"] == r[f"launch_{n}"] or
-                   (isinstance(r[f"torchrun_{n}"], str) and isinstance(r[f"launch_{n}"], str))
+                   (str(r[f"torchrun_{n}"]).startswith("refused (exit 1)")
+                    and str(r[f"launch_{n}"]).startswith("refused (exit 2)"))
                    for n in ("gpu", "auto"))
         differ += not same
         print(("ok  " if same else "DIFF"), json.dumps(r))
@@ -107,6 +114,8 @@ def main():
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
     print(f"visible_devices: {differ} of {len(rows)} values differ")
+    print("kept: not ASCII (launch refuses; torch strips and reads digits by Unicode's rules):",
+          [r["value"] for r in rows if r["value"] and not r["value"].isascii()])
     return 1 if differ else 0
 
 
