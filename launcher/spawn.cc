@@ -1,13 +1,16 @@
 // spawnProcess: clone(CLONE_VM | CLONE_VFORK) with every signal blocked, as posix_spawn: the
 // child runs on a stack of its own in launch's memory until execve, so no page table is copied
 // (a fork of launch, with gRPC's threads and mappings, cost about 0.6 ms a worker); launch's
-// calling thread waits until the child has exec'd or exited. The child calls only
-// async-signal-safe functions. Of launch's memory it writes its own stack, the exec error it
+// calling thread waits until the child has exec'd or exited. The child makes the kernel's calls
+// through syscall(2), not libc's wrappers: a sanitizer intercepts some of those (ThreadSanitizer:
+// dup2, prctl, sigprocmask, _exit) and would keep its books, which are launch's in this shared
+// memory, for the child. Of launch's memory it writes its own stack, the exec error it
 // reports, the calling thread's errno (it runs on that thread's TLS), and on a first call the
 // lazy binding of the functions it calls: the same values launch would write, while the only
 // thread that could read them waits.
 #include "launcher/spawn.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
@@ -47,8 +50,8 @@ namespace {
 
 // In the child: makes `from` the descriptor `to`, kept across exec.
 MUSTER_CHILD_CODE bool moveTo(int from, int to) {
-  if (from == to) return fcntl(to, F_SETFD, 0) == 0;
-  return dup2(from, to) == to;
+  if (from == to) return syscall(SYS_fcntl, to, F_SETFD, 0) == 0;
+  return syscall(SYS_dup3, from, to, 0) == to;
 }
 
 // What the child gets, and where it says why exec did not happen.
@@ -62,10 +65,15 @@ struct ChildArgs {
   volatile int execErr;  // written by the child (in launch's memory) before it exits
 };
 
+[[noreturn]] MUSTER_CHILD_CODE void exitChild() {
+  syscall(SYS_exit_group, 127);
+  __builtin_unreachable();
+}
+
 // Says why exec did not happen, and ends the child.
 [[noreturn]] MUSTER_CHILD_CODE void failChild(ChildArgs& a, int e) {
   a.execErr = e;
-  _exit(127);
+  exitChild();
 }
 
 [[noreturn]] MUSTER_CHILD_CODE void child(ChildArgs& a) {
@@ -84,28 +92,27 @@ struct ChildArgs {
   for (int s = 1; s < NSIG; ++s) {
     if (s != SIGKILL && s != SIGSTOP) syscall(SYS_rt_sigaction, s, &dfl, nullptr, sizeof(dfl.mask));
   }
-  if (setpgid(0, 0) != 0) failChild(a, errno);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // launch died before the death signal was armed
-  if (a.files) setrlimit(RLIMIT_NOFILE, a.files);
+  if (syscall(SYS_setpgid, 0, 0) != 0) failChild(a, errno);
+  syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (syscall(SYS_getppid) != parent) exitChild();  // launch died before the death signal was armed
+  if (a.files) syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, a.files, nullptr);
   // The three targets may be among the sources: move them above 2 first.
   int fds[3] = {in, out, err};
   for (int& fd : fds) {
     if (fd <= 2) {
-      int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      long copy = syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
       if (copy < 0) failChild(a, errno);
-      fd = copy;
+      fd = static_cast<int>(copy);
     }
   }
   for (int target = 0; target < 3; ++target) {
     if (!moveTo(fds[target], target)) failChild(a, errno);
   }
   // Nothing else crosses exec (as Python's subprocess, torchrun's, with close_fds).
-  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(a.path, argv, envp);
+  syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  uint64_t none = 0;
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof(none));
+  syscall(SYS_execve, a.path, argv, envp);
   failChild(a, errno);
 }
 
@@ -121,6 +128,21 @@ constexpr size_t kGuard = 4096;
 void blockEverySignal(sigset_t* old) {
   uint64_t all = ~uint64_t{0};
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, old, sizeof(all));
+}
+
+// glibc's clone. ThreadSanitizer (GCC 12's) intercepts clone() and takes it for a fork: in a
+// CLONE_VM child its bookkeeping of the fork is launch's own, which then counts as a process
+// forked while it had threads (every thread it starts after that ends it, "starting new threads
+// after multi-threaded fork"). The child runs nothing instrumented, so TSan need not see it.
+using CloneFn = int (*)(int (*)(void*), void*, int, void*, ...);
+CloneFn libcClone() {
+#if defined(__SANITIZE_THREAD__)
+  static const CloneFn fn =
+      reinterpret_cast<CloneFn>(dlsym(dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD), "clone"));
+  return fn;
+#else
+  return &clone;
+#endif
 }
 
 }  // namespace
@@ -154,7 +176,7 @@ absl::StatusOr<pid_t> spawnProcess(const SpawnRequest& r) {
   sigset_t old;
   blockEverySignal(&old);
   // Returns once the child has exec'd or exited (CLONE_VFORK).
-  pid_t pid = clone(childMain, static_cast<char*>(stack) + kGuard + kChildStack,
+  pid_t pid = libcClone()(childMain, static_cast<char*>(stack) + kGuard + kChildStack,
                     CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   int cloneErr = errno;
   syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, nullptr, sizeof(uint64_t));

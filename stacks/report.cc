@@ -21,11 +21,13 @@ const Thread* mainThread(const RankStacks& r) {
   return r.threads.empty() ? nullptr : &r.threads.front();
 }
 
-// Frames of the C and C++ runtime say little about where a program is: the summary starts at
-// the first frame of anything else.
+// Frames of the C and C++ runtime (and of a sanitizer's, whose interceptors sit above libc's
+// calls) say little about where a program is: the summary starts at the first frame of anything
+// else.
 bool runtimeFrame(const Frame& f) {
   if (!f.native) return false;
-  static const char* kRuntime[] = {"libc.so", "libpthread.so", "ld-linux", "libstdc++.so", "libgcc_s.so"};
+  static const char* kRuntime[] = {"libc.so",   "libpthread.so", "ld-linux",   "libstdc++.so", "libgcc_s.so",
+                                   "libtsan.so", "libasan.so",   "libubsan.so", "liblsan.so",  "libclang_rt."};
   return std::any_of(std::begin(kRuntime), std::end(kRuntime),
                      [&](const char* m) { return f.file.find(m) != std::string::npos; });
 }

@@ -122,6 +122,16 @@ TEST(Stacks, NativeRuntimeFramesAreLeftOutOfTheSummary) {
   EXPECT_EQ(groupRanks(ranks)[0].where, "muster::stuck(int) (worker) <- ?? (worker+0x1234) <- ?? (0x7f0000000009)");
 }
 
+// A program run under a sanitizer: its runtime's interceptor (TSan's usleep) is no more where the
+// program is than libc's nanosleep under it (found by the stacks tests under tests/sanitize.sh tsan).
+TEST(Stacks, SanitizerRuntimeFramesAreLeftOutOfTheSummaryToo) {
+  std::string dump = kNative;
+  dump.replace(dump.find("/opt/muster/worker(_ZN6muster5stuckEi"), 0,
+               "/lib/x86_64-linux-gnu/libtsan.so.2(__interceptor_usleep+0x100)[0x7f0000000003]\n");
+  std::vector<RankStacks> ranks = {rank(0, dump.c_str())};
+  EXPECT_EQ(groupRanks(ranks)[0].where, "muster::stuck(int) (worker) <- ?? (worker+0x1234) <- ?? (0x7f0000000009)");
+}
+
 TEST(Stacks, RankListsCompressRuns) {
   EXPECT_EQ(rankList({0, 2, 3, 4, 7, 8}), "0,2-4,7,8");
   EXPECT_EQ(rankList({5}), "5");
