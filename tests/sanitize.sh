@@ -18,9 +18,19 @@ case "$kind" in
 esac
 shift
 build=${MUSTER_SANITIZE_BUILD_DIR:-$root/build-$kind}
+deps=()
+if [ "$kind" = tsan ]; then
+  # Abseil, Protobuf and gRPC built with TSan (cached under /var/cache/muster; tsan_deps.sh),
+  # found before Debian's; a build folder made against other ones is made again.
+  prefix=$("$root/tests/sanitize/tsan_deps.sh")
+  if [ "$(cat "$build/tsan-deps" 2>/dev/null)" != "$prefix" ]; then rm -rf "$build"; fi
+  mkdir -p "$build"
+  echo "$prefix" >"$build/tsan-deps"
+  deps=(-DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_RPATH="$prefix/lib")
+fi
 # The benchmarks measure speed, which a sanitizer's build does not have; the package and image
 # tests pack what they find in the build folder, and a sanitizer's programs are not a package.
-MUSTER_BUILD_DIR=$build "$root/deploy/setup.sh" -DMUSTER_SANITIZE=$flags -DMUSTER_BUILD_BENCH=OFF
+MUSTER_BUILD_DIR=$build "$root/deploy/setup.sh" -DMUSTER_SANITIZE=$flags -DMUSTER_BUILD_BENCH=OFF "${deps[@]}"
 reports=$build/sanitizer-reports
 rm -rf "$reports"
 mkdir -p "$reports"
