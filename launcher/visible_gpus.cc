@@ -110,6 +110,11 @@ TorchEntry torchEntry(std::string_view s) {
   return {TorchEntry::kIndex, std::string(digits)};
 }
 
+// Why a list that names one device twice leaves none (CUDA and torch alike).
+std::string namedTwice(const std::string& entry) {
+  return fmt::format("it names one device twice ({})", quoted(entry));
+}
+
 bool below(const std::string& digits, int devices) {
   return digits.size() < 10 && std::stoll(digits) < devices;
 }
@@ -140,7 +145,7 @@ int cudaCount(const Entries& entries, const std::string& prefix, const NvidiaHos
       break;
     }
     if (contains(seen, index)) {
-      v.why = fmt::format("it names one device twice ({})", quoted(entry));
+      v.why = namedTwice(entry);
       return 0;
     }
     seen.push_back(index);
@@ -155,7 +160,7 @@ int torchUuidCount(const Entries& entries, const std::string& prefix, int cuda, 
   Entries listed;
   for (const std::string& entry : entries) {
     if (contains(listed, entry)) {
-      why = fmt::format("it names one device twice ({})", quoted(entry));
+      why = namedTwice(entry);
       return 0;
     }
     if (entry.rfind(prefix, 0) != 0) break;
@@ -167,7 +172,7 @@ int torchUuidCount(const Entries& entries, const std::string& prefix, int cuda, 
     int index = uuidIndex(entry, host.uuids.gpus);
     if (index < 0) break;
     if (contains(seen, index)) {
-      why = fmt::format("it names one device twice ({})", quoted(entry));
+      why = namedTwice(entry);
       return 0;
     }
     seen.push_back(index);

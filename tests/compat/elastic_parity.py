@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,15 +28,17 @@ SCRIPT = "#!/bin/sh\necho \"creating $1/$RANK\"\ntouch \"$1/$RANK\"\n"  # bin/te
 
 
 def case(name, flags, program=None, env=None, since=(1, 13), refused=False, fails=False,
-         agents=1, console=None, error_file=False, needs=None, launch_says=None):
+         agents=1, console=None, error_file=False, needs=None, launch_says=None, waits=None):
     """program: elastic_worker.py's MODE and arguments (["touch"] when None), or ["{sh}"] for
     the shell rank of --no_python. refused: bad input, nothing may start; fails: a rank fails.
     agents: how many launchers run the flags, or a list of each one's own extra flags.
+    needs: a torchrun flag the case needs, or a probe (parity_support.run_cases).
     console: a regular expression whose matches in the console are compared. launch_says: a
-    regular expression launch's console must match where the case is refused (its reason)."""
+    regular expression launch's console must match where the case is refused (its reason).
+    waits: seconds no agent may end before (each waits for the slowest node's ranks)."""
     return dict(name=name, flags=flags, program=program or ["touch"], env=env or {}, since=since,
                 refused=refused, fails=fails, agents=agents, console=console, error_file=error_file,
-                needs=needs, launch_says=launch_says)
+                needs=needs, launch_says=launch_says, waits=waits)
 
 
 NO_CUDA = "when CUDA shows no device"  # refused where torch.cuda.device_count() is 0
@@ -59,6 +62,15 @@ def refused(c):
     if c["refused"] == NO_CUDA:
         return cuda_count(c["env"].get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))) == 0
     return c["refused"]
+
+
+def tensorpipe_missing():
+    """Why this torch's RPC cannot start (Debian's 2.14 is built without TensorPipe: its options'
+    base class is a bare object), or None."""
+    done = subprocess.run([PY, "-c", "import torch.distributed.rpc as r; r.TensorPipeRpcBackendOptions()"],
+                          capture_output=True, text=True, timeout=120)
+    return None if done.returncode == 0 else "has no TensorPipe RPC (" + \
+        (done.stderr.strip().splitlines() or ["?"])[-1] + ")"
 
 
 C10D = ["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:{port}"]
@@ -125,6 +137,14 @@ CASES = [
                  ["--node_rank=1", "--role=trainer", "--nproc_per_node=1"],
                  ["--node_rank=2", "--role=trainer", "--nproc_per_node=2"],
                  ["--node_rank=3", "--role=ps", "--nproc_per_node=1"]]),
+    # test_workers_drift_*: two nodes end 2 s and 4 s apart; neither fails, and the first waits
+    # for the second (torchrun's exit barrier: 300 s, not a flag of torchrun's)
+    case("workers_drift_2s", ["--nnodes=2", "--nproc_per_node=1"] + C10D, ["drift", "2"], agents=2, waits=2),
+    case("workers_drift_4s", ["--nnodes=2", "--nproc_per_node=1"] + C10D, ["drift", "4"], agents=2, waits=4),
+    # test_torch_rpc_*: a rank of the role master calls one of the role worker over torch RPC
+    # (TensorPipe, its rendezvous on the launcher's MASTER_ADDR and MASTER_PORT)
+    case("torch_rpc", ["--nnodes=2", "--nproc_per_node=1"] + C10D, ["rpc", "hello world"],
+         agents=[["--role=master"], ["--role=worker"]], needs=tensorpipe_missing),
     case("rank_restart_after_failure", ["--nproc_per_node=2", "--master_port={port}", "--max_restarts=3"],
          ["kill_self"]),
     case("bipolar", ["--nproc_per_node=4", "--master_port={port}", "--max_restarts=2"], ["bipolar"],
@@ -191,11 +211,22 @@ def one_side(c, who, launch, work):
     at = len(argv) - len(program)  # each agent's own flags go before the program
     procs = [subprocess.Popen(argv[:at] + own + argv[at:], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
              for own in agents]
-    codes, console = [], ""
-    for p in procs:
-        text, _ = p.communicate(timeout=240)
-        codes.append(p.returncode)
-        console += text.decode(errors="replace")
+    texts, ended = [b""] * len(procs), [None] * len(procs)
+
+    def collect(i):  # each agent on a thread of its own: its end is when it ends
+        try:
+            texts[i], _ = procs[i].communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            procs[i].kill()
+            texts[i] = procs[i].communicate()[0] + b"\n[elastic_parity: killed after 240 s]\n"
+        ended[i] = time.monotonic() - started
+    threads = [threading.Thread(target=collect, args=(i,)) for i in range(len(procs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = [p.returncode for p in procs]
+    console = "".join(t.decode(errors="replace") for t in texts)
     files = {}
     for name in sorted(os.listdir(out)):
         with open(os.path.join(out, name), errors="replace") as f:
@@ -205,7 +236,7 @@ def one_side(c, who, launch, work):
         with open(error_file) as f:
             reported = json.load(f)
     return dict(codes=codes, files=files, console=console, argv=argv, reported=reported,
-                seconds=time.monotonic() - started)
+                seconds=time.monotonic() - started, ended=ended)
 
 
 def message_of(reported):
@@ -236,6 +267,11 @@ def compare(c, theirs, ours):
             diffs.append(f"{who} exited {side['codes']}, which this case does not expect")
     if theirs["files"] != ours["files"]:
         diffs.append(f"the ranks' files: launch {ours['files']}, torchrun {theirs['files']}")
+    if c["waits"]:
+        for who, side in (("torchrun", theirs), ("launch", ours)):
+            if min(side["ended"]) < c["waits"]:
+                diffs.append(f"{who}'s first agent ended {min(side['ended']):.1f} s after the start, before "
+                             f"the slowest node's ranks ({c['waits']} s later than the first's)")
     if c["console"]:
         seen = [sorted(set(re.findall(c["console"], side["console"]))) for side in (theirs, ours)]
         if seen[0] != seen[1]:

@@ -15,6 +15,10 @@ say it writes under OUT, named by its RANK.
   env NAME...      writes each NAME's value (or <unset>) to OUT/<RANK>.env
   error_file JSON  writes JSON to $TORCHELASTIC_ERROR_FILE and exits 1 (rank 0 only; the
                    others end well)
+  drift SECONDS    sleeps SECONDS times its GROUP_RANK (the nodes end that far apart), then
+                   creates OUT/<RANK>
+  rpc MESSAGE      init_rpc under its ROLE_NAME; the role "master" calls the role "worker" with
+                   MESSAGE and writes the answer to OUT/master
 """
 import os
 import signal
@@ -29,6 +33,11 @@ VARIABLES = ["LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCA
 
 def touch(path):
     open(path, "w").close()
+
+
+def echo(message):
+    """Runs in the rank called over RPC."""
+    return f"{message} from {os.environ['ROLE_NAME']}"
 
 
 def main(argv):
@@ -77,6 +86,18 @@ def main(argv):
             with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
                 f.write(args[0])
             sys.exit(1)
+    elif mode == "drift":
+        time.sleep(float(args[0]) * int(os.environ["GROUP_RANK"]))
+        touch(os.path.join(out, rank))
+    elif mode == "rpc":
+        import torch.distributed.rpc as rpc
+        role = os.environ["ROLE_NAME"]
+        rpc.init_rpc(role, rank=int(rank), world_size=int(os.environ["WORLD_SIZE"]))
+        if role == "master":
+            answer = rpc.rpc_sync("worker", echo, args=(args[0],))
+            with open(os.path.join(out, "master"), "w") as f:
+                f.write(answer)
+        rpc.shutdown()
     else:
         raise SystemExit(f"elastic_worker: no mode {mode}")
 

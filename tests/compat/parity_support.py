@@ -36,8 +36,8 @@ def launch_argv(launch, args):
 
 
 def run_cases(cases, one_side, compare, prefix, show=None):
-    """Runs each case (dict with "name", "since" and optionally "needs", a torchrun flag) the
-    torch has: one_side(case, "torch" or
+    """Runs each case (dict with "name", "since" and optionally "needs", a torchrun flag, or a
+    function that returns why this torch cannot run the case, None when it can) the torch has: one_side(case, "torch" or
     "launch", LAUNCH, WORK) for each side in a fresh folder, then compare(case, theirs, ours)
     -> (differences, kept). Prints one line per case, the differences and what is kept;
     show(side) adds what a failing case printed when PARITY_VERBOSE is set. argv: LAUNCH
@@ -51,8 +51,14 @@ def run_cases(cases, one_side, compare, prefix, show=None):
         if MAJOR_MINOR < c["since"]:
             print(f"{c['name']}: not in torchrun {VERSION}")
             continue
-        if c.get("needs") and not torchrun_has(c["needs"]):
-            print(f"{c['name']}: torchrun {VERSION} has no {c['needs']}")
+        needs = c.get("needs")
+        if callable(needs):  # a probe of this torch: None, or why the case cannot run on it
+            why = needs()
+            if why:
+                print(f"{c['name']}: torch {VERSION} {why}")
+                continue
+        elif needs and not torchrun_has(needs):
+            print(f"{c['name']}: torchrun {VERSION} has no {needs}")
             continue
         with tempfile.TemporaryDirectory(prefix=prefix) as work:
             try:
