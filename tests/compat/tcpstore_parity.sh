@@ -10,11 +10,20 @@ source=$(cd "$2" && pwd)
 ops=$source/tests/compat/tcpstore_ops.py
 work=$(mktemp -d /tmp/muster-tcpstore-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-TCPSTORE_OPS_OUT=$work/torch.json "$MUSTER_TEST_PYTHON" "$ops" ref \
-  || { echo "FAIL: torch $MUSTER_TEST_TORCH against its own server"; exit 1; }
-# shellcheck disable=SC2086  # MUSTER_TEST_LAUNCH_FLAGS: words
-TCPSTORE_OPS_OUT=$work/launch.json PYTHON_EXEC=$MUSTER_TEST_PYTHON "$build/launcher/launch" \
-  $MUSTER_TEST_LAUNCH_FLAGS --nproc_per_node=1 --master_port=0 "$ops" env >"$work/launch.log" 2>&1 \
+# torch 2.6's client can abort in pybind11 ("pybind11_object_dealloc(): Tried to deallocate
+# unregistered instance!") as it frees a store after an exception (seen once in a suite run, on
+# its own server: the reference side; not reproduced in 32 runs, 10 of them under stress-ng): a
+# side that ends so is run again, once, saying so. Any other end is a failure.
+torch_abort() { grep -q "pybind11_object_dealloc(): Tried to deallocate unregistered instance" "$1"; }
+ref() { TCPSTORE_OPS_OUT=$work/torch.json "$MUSTER_TEST_PYTHON" "$ops" ref >"$work/ref.log" 2>&1; }
+ours() {
+  # shellcheck disable=SC2086  # MUSTER_TEST_LAUNCH_FLAGS: words
+  TCPSTORE_OPS_OUT=$work/launch.json PYTHON_EXEC=$MUSTER_TEST_PYTHON "$build/launcher/launch" \
+    $MUSTER_TEST_LAUNCH_FLAGS --nproc_per_node=1 --master_port=0 "$ops" env >"$work/launch.log" 2>&1
+}
+ref || { torch_abort "$work/ref.log" && echo "torch $MUSTER_TEST_TORCH's client aborted in pybind11 on its own server: once more" && ref; } \
+  || { cat "$work/ref.log"; echo "FAIL: torch $MUSTER_TEST_TORCH against its own server"; exit 1; }
+ours || { torch_abort "$work/launch.log" && echo "torch $MUSTER_TEST_TORCH's client aborted in pybind11 under launch: once more" && ours; } \
   || { cat "$work/launch.log"; echo "FAIL: torch $MUSTER_TEST_TORCH's client under launch"; exit 1; }
 /usr/bin/python3 - "$work" "$MUSTER_TEST_TORCH" <<'PY'
 import json, sys
