@@ -43,6 +43,9 @@ inline constexpr std::string_view kStacksEnd = "muster-stacks end\n";
 // torchrun's FileTimerServer ignores and launch counts as progress (--hang_timeout).
 inline constexpr const char* kProgressFifo = "MUSTER_PROGRESS_FIFO";
 inline constexpr std::string_view kHeartbeatScope = "muster.heartbeat";
+// The coordinated stop (stop_requested): the node's stop board, which launch makes per round
+// and every rank reads and writes under flock (layout and rule: common/stop_board.h).
+inline constexpr const char* kStopFile = "MUSTER_STOP_FILE";
 // launch's control socket, for `rendezvousctl stacks --pid PID`: a local stream socket in the
 // abstract namespace (the leading NUL), served to launch's own user and root. The client sends
 // one line, "stacks", and reads the report to the end.

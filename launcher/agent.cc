@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/stop_board.h"
 #include "launcher/console.h"
 #include "launcher/events.h"
 #include "launcher/processes.h"
@@ -49,7 +50,8 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       killTimer_(io_),
       reportTimer_(io_),
       hangTimer_(io_),
-      statusTimer_(io_) {}
+      statusTimer_(io_),
+      stopTimer_(io_) {}
 
 Agent::~Agent() {
   stopProbe();
@@ -169,9 +171,31 @@ absl::Status Agent::startRound() {
                             .pythonHookDir = pythonHookDir_,
                             .timerFile = timerServer_ && !timerFile_.empty() ? timerServer_->path() : "",
                             .progressFifo = timerServer_ ? timerServer_->path() : "",
-                            .watchOutput = options_.hangTimeoutS > 0},
+                            .watchOutput = options_.hangTimeoutS > 0,
+                            .stopBoard = stopBoardPath()},
                            at_);
   if (auto s = makeRankDirectories(specs); !s.ok()) return s;
+  stop_.reset();
+  stopBoard_ = stopBoardPath();
+  if (auto s = stopboard::create(stopBoard_, static_cast<int>(specs.size())); !s.ok()) return s;
+  if (multiNode_) {
+    agreement_ = std::make_unique<StopAgreement>(
+        io_,
+        StopAgreementSetup{.endpoint = endpoint_,
+                           .token = layout_.token,
+                           .tlsCaPem = tlsCaPem_,
+                           .tlsServerName = options_.rdzvTlsServerName,
+                           .storeNamespace = fmt::format("{}/{}/stop", layout_.runId, at_.round),
+                           .groupRank = at_.groupRank,
+                           .groupWorldSize = at_.groupWorldSize},
+        StopAgreement::Handlers{
+            .requested = [this](int64_t reason) { onStopRequested(reason); },
+            .agreed = [this](int64_t step, int64_t reason) { onStopAgreed(step, reason); },
+            .failed = [this](const std::string& why) {
+              logger()->error("the nodes cannot agree on a stop step: {}", why);
+              if (stop_) onStopTimeout();
+            }});
+  }
   if (auto s = bindToNuma(specs, options_, env_); !s.ok()) return s;
   auto status = group_->start(std::move(specs));
   if (!status.ok()) return status;
@@ -274,6 +298,18 @@ void Agent::onRoundSettled() {
   }
   double roundSecs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - roundStarted_).count();
+  if (stopping_ == Stopping::kNo && stop_) {
+    printStopSummary();
+    if (!multiNode_) {
+      finish(kStoppedExit);
+      return;
+    }
+    // Every node's ranks stop at the same step: the job has stopped when every node says so.
+    localDone_ = true;
+    report(true, "", [this](const std::optional<muster::v1::RoundEvent>& ended) { onReported(ended); });
+    logger()->info("waiting for the other nodes' ranks to stop");
+    return;
+  }
   if (stopping_ == Stopping::kNo) {
     logger()->info("all {} workers finished successfully in {:.3f} s", group_->workers().size(),
                    roundSecs);
@@ -285,6 +321,11 @@ void Agent::onRoundSettled() {
     localDone_ = true;
     report(true, "", [this](const std::optional<muster::v1::RoundEvent>& ended) { onReported(ended); });
     if (stopping_ == Stopping::kNo) logger()->info("waiting for the other nodes to finish");
+    return;
+  }
+  if (stopping_ == Stopping::kSignal && stop_ && stop_->timedOut) {
+    printStopSummary();
+    finish(1);
     return;
   }
   if (stopping_ == Stopping::kSignal) {
@@ -378,7 +419,8 @@ void Agent::onRoundSettled() {
 }
 
 void Agent::restartOrEnd() {
-  if (at_.restartCount < options_.maxRestarts && !stuck_) {
+  // A failure while the ranks stop on request ends the job: it was to end anyway.
+  if (at_.restartCount < options_.maxRestarts && !stuck_ && !stop_) {
     if (rootCause_) {
       logger()->warn("restarting the group ({} of {} restarts) after rank {} {}",
                      at_.restartCount + 1, options_.maxRestarts, rootCause_->globalRank,
@@ -408,6 +450,12 @@ void Agent::restartOrEnd() {
 }
 
 void Agent::dropRound() {
+  agreement_.reset();
+  if (!stopBoard_.empty()) {
+    std::error_code gone;
+    fs::remove(stopBoard_, gone);
+    stopBoard_.clear();
+  }
   // The next round gets a fresh namespace and channel directory (a restarted rendezvousd may
   // hand out the same round number again).
   std::error_code ec;
@@ -424,7 +472,7 @@ void Agent::finish(int code) {
     // torchelastic's agent SUCCEEDED when it ran the job to its end, its workers' failures
     // told by their own events; FAILED when it could not (a rendezvous, a signal, a hang).
     ElasticEvent e;
-    e.state = code == 0 || rootCause_ ? "SUCCEEDED" : "FAILED";
+    e.state = code == 0 || code == kStoppedExit || rootCause_ ? "SUCCEEDED" : "FAILED";
     if (e.state == "FAILED") e.rawError = fmt::format("launch exits with code {}", code);
     emit(e);
   }
@@ -435,6 +483,8 @@ void Agent::finish(int code) {
   killTimer_.cancel();
   hangTimer_.cancel();
   statusTimer_.cancel();
+  stopTimer_.cancel();
+  agreement_.reset();
   if (rdzv_) rdzv_->stopJoining();
   if (!rdzv_ || rdzv_->pendingReports() == 0) {
     io_.stop();
@@ -475,6 +525,7 @@ int Agent::run() {
   // --signals_to_handle stop the job; SIGUSR1/2 are notices unless listed there.
   std::set<int> caught(options_.stopSignals.begin(), options_.stopSignals.end());
   caught.insert({SIGUSR1, SIGUSR2, SIGCHLD});
+  caught.insert(options_.stopNotice.begin(), options_.stopNotice.end());
   for (int sig : caught) signals_.add(sig);
   armSignals();
   auto prepared = prepare();

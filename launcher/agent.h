@@ -2,8 +2,8 @@
 // failure or a signal, restarts within --max_restarts, and reports the root cause.
 // Its parts, by what changes together: agent.cc (the event loop and the round state machine),
 // agent_nodes.cc (the rendezvous with other nodes), agent_watchdogs.cc (hangs, file timers and
-// roll-calls), agent_signals.cc (signals and shutdown), agent_report.cc (the failure summary
-// and torchelastic's events).
+// roll-calls), agent_signals.cc (signals and shutdown), agent_stop.cc (the coordinated stop at
+// one step), agent_report.cc (the failure summary and torchelastic's events).
 #pragma once
 
 #include <atomic>
@@ -30,6 +30,7 @@
 #include "launcher/reaper.h"
 #include "launcher/roll_call.h"
 #include "launcher/shared_dir_probe.h"
+#include "launcher/stop_agreement.h"
 #include "launcher/worker_group.h"
 #include "launcher/worker_specs.h"
 #include "rendezvous/server/rendezvous_server.h"
@@ -48,9 +49,14 @@ class Agent {
   ~Agent();
 
   // Runs the job to its end and returns launch's exit code: 0 when every worker succeeded,
-  // 1 when workers failed (after the restarts), 128+N when launch got signal N, 1 when launch
-  // itself could not run (the reason is logged).
+  // 1 when workers failed (after the restarts), 128+N when launch got signal N, kStoppedExit
+  // when the ranks stopped together on a notice (stop_requested), 1 when launch itself could
+  // not run (the reason is logged).
   int run();
+
+  // The exit code of a job that stopped cleanly at one step on request: neither success nor
+  // failure (EX_TEMPFAIL: come back later), for a scheduler to requeue it.
+  static constexpr int kStoppedExit = 75;
 
  private:
   // launch's log ("launch"), which every part of the agent writes to.
@@ -104,6 +110,20 @@ class Agent {
   absl::Status holdWorkerPort(const std::string& host, int port);
   absl::Status serveWorkerStore();
   void armSignals();
+  // The coordinated stop (agent_stop.cc): on a notice `sig`, when a rank of the round has asked
+  // stop_requested, every rank is told the same stop step; false when the notice is not one
+  // (no rank asked, nothing runs), for the signal's usual handling.
+  bool requestStop(int sig);
+  // The job is asked to stop (this node's notice, or another node's through the agreement):
+  // freezes the board (and offers its horizon to the other nodes); then the step is posted.
+  void onStopRequested(int64_t reason);
+  void onStopAgreed(int64_t step, int64_t reason);
+  static std::string reasonName(int64_t reason);
+  // The round's stop board: in launch's runtime folder, one per round.
+  std::string stopBoardPath() const;
+  void onStopTimeout();
+  // "stopped at step S on request (SIGUSR1); N of N ranks stopped cleanly", and what did not.
+  void printStopSummary() const;
   // The roll-call and what it serves (roll_call.h): launch's own set-up (the Python hook, the
   // file timer's FIFO, the control socket), a roll-call of `targets` whose report goes to a
   // file in the run directory and whose summary to the console (one at a time: a second waits
@@ -216,6 +236,20 @@ class Agent {
   bool rollCallRunning_ = false;
   int reports_ = 0;  // stacks-N.txt
   std::string lastStacksFile_;  // the last roll-call's report, "" when it wrote none
+  // The coordinated stop: the round's stop board, and the stop once one was asked for.
+  std::string stopBoard_;
+  struct CoordinatedStop {
+    int sig = 0;          // the notice's signal, 0 when it was not one
+    int64_t reason = 0;   // the signal, or stopboard::kReason*
+    std::chrono::steady_clock::time_point at;
+    int64_t step = -1;           // the stop step, once posted
+    int64_t frozenHorizon = -1;  // this node's horizon when frozen
+    std::vector<int> neverAsked;  // local ranks that never called stop_requested
+    bool timedOut = false;
+  };
+  std::optional<CoordinatedStop> stop_;
+  boost::asio::steady_timer stopTimer_;
+  std::unique_ptr<StopAgreement> agreement_;  // multi-node: the step every node agrees on
 };
 
 }  // namespace muster::launcher

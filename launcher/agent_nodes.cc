@@ -259,8 +259,13 @@ void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
   endTaken_ = true;
   if (e.kind() == K::JOB_SUCCEEDED) {
     rdzv_->stopWatch();
-    logger()->info("every node succeeded");
-    finish(0);
+    if (stop_) {
+      logger()->info("every node's ranks stopped");
+      finish(kStoppedExit);
+    } else {
+      logger()->info("every node succeeded");
+      finish(0);
+    }
     return;
   }
   remote_ = e.kind() == K::NODE_WAITING ? Remote::kWaiting : e.kind() == K::NODE_FAILED ? Remote::kFailed : Remote::kLost;

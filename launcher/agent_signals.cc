@@ -19,6 +19,8 @@ void Agent::armSignals() {
     if (sig == SIGCHLD) {
       if (group_) group_->reap();
       reapOrphans();
+    } else if (requestStop(sig)) {
+      // A stop at one step: the ranks were told (agent_stop.cc).
     } else if ((sig == SIGUSR1 || sig == SIGUSR2) &&
                std::find(options_.stopSignals.begin(), options_.stopSignals.end(), sig) ==
                    options_.stopSignals.end()) {

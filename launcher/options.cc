@@ -30,6 +30,24 @@ struct Flag {
   std::string help;
 };
 
+// A list of signal names (SIGTERM,SIGUSR1) launch can catch.
+absl::StatusOr<std::vector<int>> signalList(const char* flagName, const std::string& v) {
+  const std::string expected = "signal names separated by commas (e.g. SIGTERM,SIGINT,SIGUSR1)";
+  std::vector<int> sigs;
+  for (absl::string_view part : absl::StrSplit(v, ',')) {
+    std::string name(absl::StripAsciiWhitespace(part));
+    int sig = 0;
+    if (name.rfind("SIG", 0) != 0 || !signalNumber(name.substr(3), sig)) {
+      return bad(flagName, v, expected + "; '" + name + "' is none");
+    }
+    if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      return bad(flagName, v, "signals launch can catch (" + name + " cannot be handled)");
+    }
+    sigs.push_back(sig);
+  }
+  return sigs;
+}
+
 std::vector<Flag> flagTable() {
   std::vector<Flag> t;
   auto str = [](std::string LaunchOptions::*field) {
@@ -240,22 +258,9 @@ std::vector<Flag> flagTable() {
                "(TORCHELASTIC_USE_AGENT_STORE=True); rank0: rank 0's worker hosts its own"});
   t.push_back({{"--signals_to_handle", "--signals-to-handle"}, "PET_SIGNALS_TO_HANDLE", true,
                [](LaunchOptions& o, const std::string& v) -> absl::Status {
-                 const std::string expected =
-                     "signal names separated by commas (e.g. SIGTERM,SIGINT,SIGUSR1)";
-                 o.stopSignals.clear();
-                 for (absl::string_view part : absl::StrSplit(v, ',')) {
-                   std::string name(absl::StripAsciiWhitespace(part));
-                   int sig = 0;
-                   if (name.rfind("SIG", 0) == 0 && signalNumber(name.substr(3), sig)) {
-                     if (sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
-                       return bad("--signals_to_handle", v, "signals launch can catch (" + name +
-                                                                " cannot be handled)");
-                     }
-                     o.stopSignals.push_back(sig);
-                   } else {
-                     return bad("--signals_to_handle", v, expected + "; '" + name + "' is none");
-                   }
-                 }
+                 auto sigs = signalList("--signals_to_handle", v);
+                 if (!sigs.ok()) return sigs.status();
+                 o.stopSignals = *sigs;
                  o.signalsToHandle = v;
                  return absl::OkStatus();
                },
@@ -265,6 +270,21 @@ std::vector<Flag> flagTable() {
                seconds("--shutdown_timeout", &LaunchOptions::gracePeriodS),
                "seconds between the stop signal and SIGKILL (TORCH_ELASTIC_SHUTDOWN_TIMEOUT; "
                "default 30; as --grace_period)"});
+  t.push_back({{"--stop_notice", "--stop-notice"}, "MUSTER_STOP_NOTICE", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 auto sigs = signalList("--stop_notice", v);
+                 if (!sigs.ok()) return sigs.status();
+                 o.stopNotice = *sigs;
+                 return absl::OkStatus();
+               },
+               "signals that stop a job whose ranks ask stop_requested(step) at one step on every "
+               "rank (default SIGUSR1, Slurm's --signal; add SIGTERM for Kubernetes); before a rank "
+               "asked, they are handled as without this flag"});
+  t.push_back({{"--stop_timeout", "--stop-timeout"}, "MUSTER_STOP_TIMEOUT", true,
+               seconds("--stop_timeout", &LaunchOptions::stopTimeoutS),
+               "seconds the ranks have, from a stop notice, to reach the stop step and exit; then "
+               "they are stopped as a failure (SIGTERM, then SIGKILL after the grace period; "
+               "default 60; 0: no limit)"});
   t.push_back({{"--virtual_local_rank", "--virtual-local-rank"}, "PET_VIRTUAL_LOCAL_RANK", false,
                flag(&LaunchOptions::virtualLocalRank),
                "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES narrowed to its own device"});

@@ -2,6 +2,7 @@
 // muster's own, parsed into LaunchOptions before anything starts.
 #pragma once
 
+#include <csignal>
 #include <map>
 #include <optional>
 #include <set>
@@ -93,6 +94,10 @@ struct LaunchOptions {
   // --hang_timeout: no rank's progress (output, file timer, heartbeat) for this long is a
   // hang: a stack roll-call, then a failure. 0: off.
   double hangTimeoutS = 0;
+  // The coordinated stop (stop_requested): signals that ask for it once a rank has asked, and
+  // how long the ranks have to reach the stop step and exit.
+  std::vector<int> stopNotice{SIGUSR1};
+  double stopTimeoutS = 60;
   bool stacks = true;           // --stacks=on: ranks answer a roll-call (Python hook, native handler)
   double stacksTimeoutS = 3;    // how long a roll-call waits for a rank
   std::string sharedDir;

@@ -101,6 +101,7 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     }
     if (!job.timerFile.empty()) e["TORCHELASTIC_TIMER_FILE"] = job.timerFile;
     if (!job.progressFifo.empty()) e[contract::kProgressFifo] = job.progressFifo;
+    if (!job.stopBoard.empty()) e[contract::kStopFile] = job.stopBoard;
     spec.watchOutput = job.watchOutput;
 
     StdSpec redirect = o.redirectFor(local), tee = o.teeFor(local);

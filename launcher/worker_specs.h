@@ -49,6 +49,7 @@ struct JobSpec {
   std::string timerFile;     // TORCHELASTIC_TIMER_FILE, "" when the file timer is off
   std::string progressFifo;  // MUSTER_PROGRESS_FIFO, "" without --hang_timeout or file timer
   bool watchOutput = false;  // --hang_timeout: every line counts as progress
+  std::string stopBoard;     // MUSTER_STOP_FILE: the round's stop board (common/stop_board.h)
 };
 
 // One spec per local rank. Touches nothing: the rank directories are made by

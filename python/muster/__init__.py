@@ -1,4 +1,4 @@
-"""muster for Python workers: the shared-directory channel, the job's store and progress.
+"""muster for Python workers: the shared-directory channel, the job's store, progress and stops.
 
     import muster
     chan = muster.Channel()                  # collective: every rank of the job
@@ -7,6 +7,8 @@
     elif chan.rank == 1:
         t = chan.recv(src=0)                 # an ordinary CPU tensor on the mapped file
     muster.progress()                        # launch --hang_timeout counts it as progress
+    if muster.stop_requested(step):          # the same step on every rank, on a notice
+        save(step)
     muster.store().set("key", b"value")      # the job's store (a torch.distributed.Store)
 
 Pure Python on top of torch (1.13 and later) and the standard library; the channel's checksum
@@ -16,11 +18,12 @@ uses python3-xxhash when installed, else libxxhash through ctypes.
 from .errors import (ChannelDataLoss, ChannelDiskFull, ChannelError, ChannelInvalid,
                      ChannelNotShared, ChannelTimeout)
 from .progress import progress
+from .stop import stop_requested
 
 __version__ = "0.1.0"
 
 __all__ = ["Channel", "ChannelError", "ChannelTimeout", "ChannelDataLoss", "ChannelDiskFull",
-           "ChannelNotShared", "ChannelInvalid", "JobEnv", "progress", "store", "__version__"]
+           "ChannelNotShared", "ChannelInvalid", "JobEnv", "progress", "stop_requested", "store", "__version__"]
 
 # torch loads on first use of what needs it: `import muster; muster.progress()` costs
 # milliseconds, and a rank's heartbeats can start before its imports are done.

@@ -1,0 +1,162 @@
+// StopAgreement: the stop step of every node, through the store (stop_agreement.h).
+#include "launcher/stop_agreement.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+#include <fmt/format.h>
+
+#include "common/deadline.h"
+#include "rendezvous/client/store_client.h"
+
+namespace muster::launcher {
+
+namespace {
+constexpr Millis kSlice{100};  // how long one store call waits at most: how soon a request is sent
+
+std::optional<int64_t> number(const std::string& text) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+}  // namespace
+
+// What the thread and the agent share. The agent's handlers are called through `io` only while
+// `live` holds (checked on the io thread, where the agent clears it).
+struct StopAgreement::Shared {
+  boost::asio::io_context& io;
+  StopAgreementSetup setup;
+  Handlers handlers;
+  std::atomic<bool> cancelled{false};
+  bool live = true;  // io thread only
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<int64_t> toRequest;  // this node's notice, not yet sent
+  std::optional<int64_t> horizon;    // this node's offer
+
+  Shared(boost::asio::io_context& i, StopAgreementSetup s, Handlers h)
+      : io(i), setup(std::move(s)), handlers(std::move(h)) {}
+
+  // Runs `f` on the io thread unless the agreement is gone by then.
+  template <typename F>
+  void onIo(std::shared_ptr<Shared> self, F f) {
+    boost::asio::post(io, [self, f = std::move(f)] {
+      if (self->live) f(*self);
+    });
+  }
+
+  void fail(std::shared_ptr<Shared> self, const absl::Status& s) {
+    if (cancelled) return;
+    std::string why(s.message());
+    onIo(self, [why](Shared& me) { me.handlers.failed(why); });
+  }
+
+  void run(std::shared_ptr<Shared> self);
+};
+
+void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
+  rendezvous::ClientOptions options{.target = setup.endpoint,
+                                    .ns = setup.storeNamespace,
+                                    .token = setup.token,
+                                    .tlsCaPem = setup.tlsCaPem,
+                                    .tlsServerName = setup.tlsServerName};
+  std::unique_ptr<rendezvous::StoreClient> store;
+  while (!cancelled && !store) {
+    auto connected = rendezvous::StoreClient::connect(options, deadlineAfter(kSlice * 2));
+    if (connected.ok()) {
+      store = std::move(*connected);
+    } else if (connected.status().code() != absl::StatusCode::kDeadlineExceeded &&
+               connected.status().code() != absl::StatusCode::kUnavailable) {
+      return fail(self, connected.status());
+    }
+  }
+  // The request: this node's, or another's.
+  std::string reason;
+  while (!cancelled) {
+    std::optional<int64_t> mine;
+    {
+      std::lock_guard lock(mu);
+      mine.swap(toRequest);
+    }
+    if (mine) {
+      auto set = store->compareSet("request", "", std::to_string(*mine));
+      if (!set.ok()) return fail(self, set.status());
+    }
+    auto waited = store->wait({"request"}, deadlineAfter(kSlice));
+    if (waited.ok()) {
+      auto got = store->get("request", deadlineAfter(kSlice * 50));
+      if (!got.ok()) return fail(self, got.status());
+      reason = *got;
+      break;
+    }
+    if (waited.code() != absl::StatusCode::kDeadlineExceeded) return fail(self, waited);
+  }
+  if (cancelled) return;
+  int64_t why = number(reason).value_or(0);
+  onIo(self, [why](Shared& me) { me.handlers.requested(why); });
+  // This node's horizon, once the agent froze its board.
+  int64_t mine = 0;
+  {
+    std::unique_lock lock(mu);
+    while (!cancelled && !horizon) cv.wait_for(lock, kSlice);
+    if (cancelled) return;
+    mine = *horizon;
+  }
+  if (auto s = store->set(fmt::format("horizon/{}", setup.groupRank), std::to_string(mine)); !s.ok()) {
+    return fail(self, s);
+  }
+  std::vector<std::string> keys;
+  for (int n = 0; n < setup.groupWorldSize; ++n) keys.push_back(fmt::format("horizon/{}", n));
+  while (!cancelled) {
+    auto waited = store->wait(keys, deadlineAfter(kSlice));
+    if (waited.ok()) break;
+    if (waited.code() != absl::StatusCode::kDeadlineExceeded) return fail(self, waited);
+  }
+  if (cancelled) return;
+  auto all = store->multiGet(keys, deadlineAfter(kSlice * 50));
+  if (!all.ok()) return fail(self, all.status());
+  int64_t step = 0;
+  for (size_t n = 0; n < all->size(); ++n) {
+    auto h = number((*all)[n]);
+    if (!h || *h < 0) {
+      return fail(self, absl::DataLossError(fmt::format("node {} offered the horizon '{}'", n, (*all)[n])));
+    }
+    step = std::max(step, *h);
+  }
+  onIo(self, [step, why](Shared& me) { me.handlers.agreed(step, why); });
+}
+
+StopAgreement::StopAgreement(boost::asio::io_context& io, StopAgreementSetup setup, Handlers handlers)
+    : shared_(std::make_shared<Shared>(io, std::move(setup), std::move(handlers))) {
+  thread_ = std::thread([self = shared_] { self->run(self); });
+}
+
+StopAgreement::~StopAgreement() {
+  shared_->live = false;
+  shared_->cancelled = true;
+  shared_->cv.notify_all();
+  thread_.join();  // every store call of the thread waits a fraction of a second at most
+}
+
+void StopAgreement::request(int64_t reason) {
+  std::lock_guard lock(shared_->mu);
+  if (!shared_->toRequest) shared_->toRequest = reason;
+}
+
+void StopAgreement::offer(int64_t horizon) {
+  {
+    std::lock_guard lock(shared_->mu);
+    if (!shared_->horizon) shared_->horizon = horizon;
+  }
+  shared_->cv.notify_all();
+}
+
+}  // namespace muster::launcher

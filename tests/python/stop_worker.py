@@ -1,0 +1,72 @@
+"""A rank for test_stop.py: a training loop that asks muster.stop_requested(step) every step.
+
+usage: stop_worker.py MODE OUT [SECONDS_PER_STEP]
+  ddp     a Gloo DDP step (a small model, an all-reduce of its gradients) per step
+  fast    no collective: as many steps a second as Python runs
+  slow    SECONDS_PER_STEP of sleep per step
+  never   a loop that never asks (an unmodified script): writes OUT/<RANK>.signal on SIGUSR1
+          and goes on
+Each asking rank writes OUT/<RANK>.step (its latest step, now and then) while it runs, and
+OUT/<RANK>.stop ("<step> <the steps it was told False, counted>") when told True, then exits 0.
+"""
+import os
+import signal
+import sys
+import time
+
+import muster
+
+
+def write(path, text):
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv):
+    mode, out = argv[1], argv[2]
+    per_step = float(argv[3]) if len(argv) > 3 else 0.0
+    rank = os.environ["RANK"]
+    if mode == "never":
+        signal.signal(signal.SIGUSR1, lambda *_: write(os.path.join(out, f"{rank}.signal"), "SIGUSR1"))
+        write(os.path.join(out, f"{rank}.step"), "0")
+        while True:
+            time.sleep(0.05)
+    step_fn, done = None, None
+    if mode == "ddp":
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = torch.randn(8, 16)
+
+        def step_fn():
+            opt.zero_grad()
+            model(data).sum().backward()
+            opt.step()
+        done = dist.destroy_process_group
+    told_false = 0
+    last_written = 0.0
+    step = 0
+    while True:
+        if muster.stop_requested(step):
+            write(os.path.join(out, f"{rank}.stop"), f"{step} {told_false}")
+            if done:
+                done()
+            return 0
+        told_false += 1
+        if step_fn:
+            step_fn()
+        if per_step:
+            time.sleep(per_step)
+        now = time.monotonic()
+        if now - last_written > 0.05:
+            write(os.path.join(out, f"{rank}.step"), str(step))
+            last_written = now
+        step += 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,102 @@
+// stopRequested(): the rank's side of the stop board (stop_request.h).
+#include "worker/stop_request.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/contract.h"
+#include "common/stop_board.h"
+
+namespace muster::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What this process knows of the board: the file, its slot, and the answers it may reuse.
+struct Asker {
+  std::mutex mu;
+  bool opened = false;
+  int fd = -1;  // -1: not under launch's board
+  int slot = 0;
+  int64_t horizon = 0;  // steps below go on without asking (the horizon only grows)
+  int64_t stopStep = stopboard::kNone;
+  int64_t lastStep = -1;
+  Clock::time_point lastAsked;
+};
+
+Asker& asker() {
+  static Asker* a = new Asker();  // never destroyed: a rank may ask from a thread at exit
+  return *a;
+}
+
+void openBoard(Asker& a) {
+  a.opened = true;
+  const char* path = std::getenv(contract::kStopFile);
+  if (path == nullptr || *path == '\0') return;
+  const char* local = std::getenv("LOCAL_RANK");
+  char* end = nullptr;
+  long slot = local ? std::strtol(local, &end, 10) : -1;
+  if (local == nullptr || *local == '\0' || *end != '\0' || slot < 0) {
+    throw std::runtime_error(fmt::format("stopRequested: {} is set but LOCAL_RANK is not a local rank ({})",
+                                         contract::kStopFile, local ? local : "unset"));
+  }
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    throw std::runtime_error(fmt::format("stopRequested: cannot open the stop board {}='{}': {}",
+                                         contract::kStopFile, path, std::strerror(errno)));
+  }
+  a.fd = fd;
+  a.slot = static_cast<int>(slot);
+}
+
+// Steps this rank runs in about a millisecond: how far it asks the horizon to move (a fast
+// loop locks the board about once a millisecond, a slow one every step).
+int64_t aheadOf(const Asker& a, int64_t step, Clock::time_point now) {
+  if (a.lastStep < 0 || step <= a.lastStep) return 1;
+  double seconds = std::chrono::duration<double>(now - a.lastAsked).count();
+  double perMs = static_cast<double>(step - a.lastStep) / std::max(seconds * 1000.0, 1e-3);
+  return std::clamp<int64_t>(static_cast<int64_t>(perMs), 1, 1024);
+}
+
+}  // namespace
+
+bool stopRequested(int64_t step) {
+  if (step < 0) throw std::runtime_error(fmt::format("stopRequested: a step of {}: steps count from 0", step));
+  Asker& a = asker();
+  std::unique_lock lock(a.mu);
+  if (!a.opened) openBoard(a);
+  if (a.fd < 0) return false;
+  if (a.stopStep != stopboard::kNone) return step >= a.stopStep;
+  if (step < a.horizon) return false;
+  while (true) {
+    auto now = Clock::now();
+    auto asked = stopboard::ask(a.fd, a.slot, step, aheadOf(a, step, now));
+    if (!asked.ok()) throw std::runtime_error("stopRequested: " + std::string(asked.status().message()));
+    a.lastStep = step;
+    a.lastAsked = now;
+    a.stopStep = asked->stopStep;
+    if (asked->answer != stopboard::Answer::kWait) {
+      if (a.stopStep == stopboard::kNone) a.horizon = std::max(a.horizon, asked->horizon);
+      return asked->answer == stopboard::Answer::kStop;
+    }
+    // Launch is choosing the stop step (at this step or before it): ask again shortly.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.lock();
+    if (a.stopStep != stopboard::kNone) return step >= a.stopStep;
+  }
+}
+
+}  // namespace muster::worker
