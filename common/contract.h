@@ -46,6 +46,9 @@ inline constexpr std::string_view kHeartbeatScope = "muster.heartbeat";
 // The coordinated stop (stop_requested): the node's stop board, which launch makes per round
 // and every rank reads and writes under flock (layout and rule: common/stop_board.h).
 inline constexpr const char* kStopFile = "MUSTER_STOP_FILE";
+// The rank's slot on the board: its local rank (LOCAL_RANK is 0 for every rank under
+// --virtual_local_rank).
+inline constexpr const char* kStopSlot = "MUSTER_STOP_SLOT";
 // launch's control socket, for `rendezvousctl stacks --pid PID`: a local stream socket in the
 // abstract namespace (the leading NUL), served to launch's own user and root. The client sends
 // one line, "stacks", and reads the report to the end.

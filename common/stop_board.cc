@@ -149,7 +149,7 @@ absl::StatusOr<Asked> ask(int fd, int slot, int64_t step, int64_t ahead) {
   if (!words.ok()) return words.status();
   std::vector<int64_t>& w = *words;
   if (slot < 0 || slot >= w[kSlots]) {
-    return absl::InvalidArgumentError(fmt::format("{} has {} slots; LOCAL_RANK {} is none of them", what, w[kSlots], slot));
+    return absl::InvalidArgumentError(fmt::format("{} has {} slots; MUSTER_STOP_SLOT {} is none of them", what, w[kSlots], slot));
   }
   Asked a;
   if (w[kHeaderWords + slot] != step) {

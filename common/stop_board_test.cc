@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +147,20 @@ TEST_F(StopBoard, RanksRacingAFreezeAllStopAtOneStep) {
       pids.push_back(pid);
       pipes.push_back(p[0]);
     }
+    // Every rank has asked (on a loaded machine a freeze before any rank ran races nothing),
+    // then the freeze comes at a random moment.
+    auto started = std::chrono::steady_clock::now();
+    while (true) {
+      auto b = read(path_);
+      ASSERT_TRUE(b.ok());
+      if (std::all_of(b->asked.begin(), b->asked.end(), [](int64_t s) { return s != kNone; })) break;
+      if (std::chrono::steady_clock::now() - started > std::chrono::seconds(60)) {
+        for (pid_t pid : pids) kill(pid, SIGKILL);
+        for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+        FAIL() << "trial " << trial << ": the ranks did not start";
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(std::mt19937(trial)() % 20000));
     auto frozen = freeze(path_);
     auto posted = frozen.ok() ? post(path_, frozen->horizon, 10) : frozen.status();
@@ -156,10 +172,11 @@ TEST_F(StopBoard, RanksRacingAFreezeAllStopAtOneStep) {
     std::set<int64_t> steps;
     for (int r = 0; r < kRanks; ++r) {
       int64_t got[2] = {-1, -1};
-      ASSERT_EQ(::read(pipes[r], got, sizeof got), static_cast<ssize_t>(sizeof got)) << "rank " << r;
+      ssize_t n = ::read(pipes[r], got, sizeof got);  // a rank ends at the stop, or its cap
       close(pipes[r]);
       int status = 0;
       waitpid(pids[r], &status, 0);
+      EXPECT_EQ(n, static_cast<ssize_t>(sizeof got)) << "rank " << r;
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
       EXPECT_EQ(got[1], got[0]) << "rank " << r << " was told go-on " << got[1] << " times before step " << got[0];
       steps.insert(got[0]);

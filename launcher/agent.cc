@@ -191,10 +191,7 @@ absl::Status Agent::startRound() {
         StopAgreement::Handlers{
             .requested = [this](int64_t reason) { onStopRequested(reason); },
             .agreed = [this](int64_t step, int64_t reason) { onStopAgreed(step, reason); },
-            .failed = [this](const std::string& why) {
-              logger()->error("the nodes cannot agree on a stop step: {}", why);
-              if (stop_) onStopTimeout();
-            }});
+            .failed = [this](const std::string& why) { onStopAgreementFailed(why); }});
   }
   if (auto s = bindToNuma(specs, options_, env_); !s.ok()) return s;
   auto status = group_->start(std::move(specs));
@@ -323,14 +320,24 @@ void Agent::onRoundSettled() {
     if (stopping_ == Stopping::kNo) logger()->info("waiting for the other nodes to finish");
     return;
   }
-  if (stopping_ == Stopping::kSignal && stop_ && stop_->timedOut) {
+  if (stopping_ == Stopping::kSignal && stop_ && stop_->failed) {
     printStopSummary();
+    if (multiNode_) report(false, "the stop on request failed: " + *stop_->failed);
     finish(1);
     return;
   }
   if (stopping_ == Stopping::kSignal) {
     if (multiNode_) report(false, fmt::format("launch got {}", signalName(stopSignal_)));
     finish(128 + stopSignal_);
+    return;
+  }
+  if (stopping_ == Stopping::kRemote && stop_) {
+    // Another node failed, was lost or joined while the job stopped on request: the job ends
+    // here (a new round would forget the notice).
+    if (rdzv_) rdzv_->stopWatch();
+    printStopSummary();
+    std::fprintf(stderr, "launch: the stop on request did not complete on every node: %s\n", remoteWhy_.c_str());
+    finish(1);
     return;
   }
   if (stopping_ == Stopping::kRemote) {

@@ -121,7 +121,11 @@ class Agent {
   static std::string reasonName(int64_t reason);
   // The round's stop board: in launch's runtime folder, one per round.
   std::string stopBoardPath() const;
-  void onStopTimeout();
+  void armStopTimer();
+  // The stop failed (its timeout, a board or agreement error): the ranks still running are
+  // stopped as on a failure, and launch exits 1.
+  void onStopTimeout(const std::string& why);
+  void onStopAgreementFailed(const std::string& why);
   // "stopped at step S on request (SIGUSR1); N of N ranks stopped cleanly", and what did not.
   void printStopSummary() const;
   // The roll-call and what it serves (roll_call.h): launch's own set-up (the Python hook, the
@@ -244,8 +248,8 @@ class Agent {
     std::chrono::steady_clock::time_point at;
     int64_t step = -1;           // the stop step, once posted
     int64_t frozenHorizon = -1;  // this node's horizon when frozen
-    std::vector<int> neverAsked;  // local ranks that never called stop_requested
-    bool timedOut = false;
+    bool timerArmed = false;
+    std::optional<std::string> failed;  // why the stop failed (its timeout, an error)
   };
   std::optional<CoordinatedStop> stop_;
   boost::asio::steady_timer stopTimer_;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -19,7 +20,14 @@
 namespace muster::launcher {
 
 namespace {
-constexpr Millis kSlice{100};  // how long one store call waits at most: how soon a request is sent
+// How long one watching call waits: how soon this node's request is sent, and the store's load
+// (one parked wait a node, renewed twice a second).
+constexpr Millis kSlice{500};
+
+// Worth trying again: the call's time ran out, or the connection broke (the client reconnects).
+bool transient(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kDeadlineExceeded || s.code() == absl::StatusCode::kUnavailable;
+}
 
 std::optional<int64_t> number(const std::string& text) {
   int64_t v = 0;
@@ -41,6 +49,7 @@ struct StopAgreement::Shared {
   std::condition_variable cv;
   std::optional<int64_t> toRequest;  // this node's notice, not yet sent
   std::optional<int64_t> horizon;    // this node's offer
+  std::promise<void> ended;          // set when run() returns
 
   Shared(boost::asio::io_context& i, StopAgreementSetup s, Handlers h)
       : io(i), setup(std::move(s)), handlers(std::move(h)) {}
@@ -70,11 +79,10 @@ void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
                                     .tlsServerName = setup.tlsServerName};
   std::unique_ptr<rendezvous::StoreClient> store;
   while (!cancelled && !store) {
-    auto connected = rendezvous::StoreClient::connect(options, deadlineAfter(kSlice * 2));
+    auto connected = rendezvous::StoreClient::connect(options, deadlineAfter(kSlice));
     if (connected.ok()) {
       store = std::move(*connected);
-    } else if (connected.status().code() != absl::StatusCode::kDeadlineExceeded &&
-               connected.status().code() != absl::StatusCode::kUnavailable) {
+    } else if (!transient(connected.status())) {
       return fail(self, connected.status());
     }
   }
@@ -88,16 +96,23 @@ void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
     }
     if (mine) {
       auto set = store->compareSet("request", "", std::to_string(*mine));
-      if (!set.ok()) return fail(self, set.status());
+      if (!set.ok() && !transient(set.status())) return fail(self, set.status());
+      if (!set.ok()) {
+        std::lock_guard lock(mu);
+        if (!toRequest) toRequest = mine;  // sent again on the next turn
+      }
     }
     auto waited = store->wait({"request"}, deadlineAfter(kSlice));
     if (waited.ok()) {
-      auto got = store->get("request", deadlineAfter(kSlice * 50));
-      if (!got.ok()) return fail(self, got.status());
-      reason = *got;
-      break;
+      auto got = store->get("request", deadlineAfter(kSlice));
+      if (got.ok()) {
+        reason = *got;
+        break;
+      }
+      if (!transient(got.status())) return fail(self, got.status());
+    } else if (!transient(waited)) {
+      return fail(self, waited);
     }
-    if (waited.code() != absl::StatusCode::kDeadlineExceeded) return fail(self, waited);
   }
   if (cancelled) return;
   int64_t why = number(reason).value_or(0);
@@ -110,19 +125,26 @@ void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
     if (cancelled) return;
     mine = *horizon;
   }
-  if (auto s = store->set(fmt::format("horizon/{}", setup.groupRank), std::to_string(mine)); !s.ok()) {
-    return fail(self, s);
+  std::string offered = fmt::format("horizon/{}", setup.groupRank);
+  while (!cancelled) {
+    auto s = store->set(offered, std::to_string(mine));
+    if (s.ok()) break;
+    if (!transient(s)) return fail(self, s);
   }
   std::vector<std::string> keys;
   for (int n = 0; n < setup.groupWorldSize; ++n) keys.push_back(fmt::format("horizon/{}", n));
+  absl::StatusOr<std::vector<std::string>> all = absl::UnavailableError("not yet");
   while (!cancelled) {
     auto waited = store->wait(keys, deadlineAfter(kSlice));
-    if (waited.ok()) break;
-    if (waited.code() != absl::StatusCode::kDeadlineExceeded) return fail(self, waited);
+    if (waited.ok()) {
+      all = store->multiGet(keys, deadlineAfter(kSlice));
+      if (all.ok()) break;
+      if (!transient(all.status())) return fail(self, all.status());
+    } else if (!transient(waited)) {
+      return fail(self, waited);
+    }
   }
   if (cancelled) return;
-  auto all = store->multiGet(keys, deadlineAfter(kSlice * 50));
-  if (!all.ok()) return fail(self, all.status());
   int64_t step = 0;
   for (size_t n = 0; n < all->size(); ++n) {
     auto h = number((*all)[n]);
@@ -136,14 +158,23 @@ void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
 
 StopAgreement::StopAgreement(boost::asio::io_context& io, StopAgreementSetup setup, Handlers handlers)
     : shared_(std::make_shared<Shared>(io, std::move(setup), std::move(handlers))) {
-  thread_ = std::thread([self = shared_] { self->run(self); });
+  thread_ = std::thread([self = shared_] {
+    self->run(self);
+    self->ended.set_value();
+  });
 }
 
 StopAgreement::~StopAgreement() {
   shared_->live = false;
   shared_->cancelled = true;
   shared_->cv.notify_all();
-  thread_.join();  // every store call of the thread waits a fraction of a second at most
+  // Its calls wait half a second at most, but for compare_set (the store's own deadline): past
+  // a second the thread is left to end on its own (it holds only the shared state).
+  if (shared_->ended.get_future().wait_for(std::chrono::seconds(1)) == std::future_status::ready) {
+    thread_.join();
+  } else {
+    thread_.detach();
+  }
 }
 
 void StopAgreement::request(int64_t reason) {

@@ -27,8 +27,9 @@ struct StopAgreementSetup {
 };
 
 // Thread-safety: made, used and destroyed on the agent's io_context thread; the handlers run
-// there too. Lifetime: destroying it stops its thread (waiting for it: a fraction of a second,
-// as each store call waits at most that long); no handler runs after.
+// there too. Lifetime: destroying it stops its thread (waiting for it up to a second; each store
+// call waits half a second at most, but compare_set); no handler runs after. A broken
+// connection or a slow store is waited out; another store error ends the agreement (`failed`).
 class StopAgreement {
  public:
   struct Handlers {

@@ -101,7 +101,10 @@ std::vector<WorkerSpec> workerSpecs(const JobSpec& job, const RoundPlacement& at
     }
     if (!job.timerFile.empty()) e["TORCHELASTIC_TIMER_FILE"] = job.timerFile;
     if (!job.progressFifo.empty()) e[contract::kProgressFifo] = job.progressFifo;
-    if (!job.stopBoard.empty()) e[contract::kStopFile] = job.stopBoard;
+    if (!job.stopBoard.empty()) {
+      e[contract::kStopFile] = job.stopBoard;
+      e[contract::kStopSlot] = std::to_string(local);
+    }
     spec.watchOutput = job.watchOutput;
 
     StdSpec redirect = o.redirectFor(local), tee = o.teeFor(local);

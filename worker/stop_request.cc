@@ -23,6 +23,7 @@ namespace muster::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr int64_t kMaxAhead = 256;  // steps a rank may be promised past its own at one ask
 
 // What this process knows of the board: the file, its slot, and the answers it may reuse.
 struct Asker {
@@ -33,6 +34,7 @@ struct Asker {
   int64_t horizon = 0;  // steps below go on without asking (the horizon only grows)
   int64_t stopStep = stopboard::kNone;
   int64_t lastStep = -1;
+  int64_t callsSince = 0;  // calls since the last ask
   Clock::time_point lastAsked;
 };
 
@@ -41,16 +43,19 @@ Asker& asker() {
   return *a;
 }
 
+// Opens the board launch named, once it can: an error is thrown again at the next call.
 void openBoard(Asker& a) {
-  a.opened = true;
   const char* path = std::getenv(contract::kStopFile);
-  if (path == nullptr || *path == '\0') return;
-  const char* local = std::getenv("LOCAL_RANK");
+  if (path == nullptr || *path == '\0') {
+    a.opened = true;
+    return;
+  }
+  const char* slotVar = std::getenv(contract::kStopSlot);
   char* end = nullptr;
-  long slot = local ? std::strtol(local, &end, 10) : -1;
-  if (local == nullptr || *local == '\0' || *end != '\0' || slot < 0) {
-    throw std::runtime_error(fmt::format("stopRequested: {} is set but LOCAL_RANK is not a local rank ({})",
-                                         contract::kStopFile, local ? local : "unset"));
+  long slot = slotVar ? std::strtol(slotVar, &end, 10) : -1;
+  if (slotVar == nullptr || *slotVar == '\0' || *end != '\0' || slot < 0 || slot >= stopboard::kMaxSlots) {
+    throw std::runtime_error(fmt::format("stopRequested: {} is set but {} is not a slot ({})", contract::kStopFile,
+                                         contract::kStopSlot, slotVar ? slotVar : "unset"));
   }
   int fd = open(path, O_RDWR | O_CLOEXEC);
   if (fd < 0) {
@@ -59,15 +64,17 @@ void openBoard(Asker& a) {
   }
   a.fd = fd;
   a.slot = static_cast<int>(slot);
+  a.opened = true;
 }
 
-// Steps this rank runs in about a millisecond: how far it asks the horizon to move (a fast
-// loop locks the board about once a millisecond, a slow one every step).
-int64_t aheadOf(const Asker& a, int64_t step, Clock::time_point now) {
-  if (a.lastStep < 0 || step <= a.lastStep) return 1;
-  double seconds = std::chrono::duration<double>(now - a.lastAsked).count();
-  double perMs = static_cast<double>(step - a.lastStep) / std::max(seconds * 1000.0, 1e-3);
-  return std::clamp<int64_t>(static_cast<int64_t>(perMs), 1, 1024);
+// Calls this rank makes in about a millisecond, from the calls since the last ask: how many
+// steps it asks the horizon to move (a fast loop locks the board about once a millisecond, a
+// slow one every step). Calls, not steps: a loop that skips steps is not taken for a fast one.
+int64_t aheadOf(const Asker& a, Clock::time_point now) {
+  if (a.lastStep < 0 || a.callsSince <= 1) return 1;
+  double ms = std::chrono::duration<double, std::milli>(now - a.lastAsked).count();
+  double perMs = static_cast<double>(a.callsSince) / std::max(ms, 1e-3);
+  return std::clamp<int64_t>(static_cast<int64_t>(perMs), 1, kMaxAhead);
 }
 
 }  // namespace
@@ -79,13 +86,15 @@ bool stopRequested(int64_t step) {
   if (!a.opened) openBoard(a);
   if (a.fd < 0) return false;
   if (a.stopStep != stopboard::kNone) return step >= a.stopStep;
+  ++a.callsSince;
   if (step < a.horizon) return false;
   while (true) {
     auto now = Clock::now();
-    auto asked = stopboard::ask(a.fd, a.slot, step, aheadOf(a, step, now));
+    auto asked = stopboard::ask(a.fd, a.slot, step, aheadOf(a, now));
     if (!asked.ok()) throw std::runtime_error("stopRequested: " + std::string(asked.status().message()));
     a.lastStep = step;
     a.lastAsked = now;
+    a.callsSince = 0;
     a.stopStep = asked->stopStep;
     if (asked->answer != stopboard::Answer::kWait) {
       if (a.stopStep == stopboard::kNone) a.horizon = std::max(a.horizon, asked->horizon);

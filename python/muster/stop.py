@@ -17,12 +17,14 @@ the same file, so C++ and Python ranks of one job agree).
 """
 
 import fcntl
+import operator
 import os
 import struct
 import threading
 import time
 
 STOP_FILE = "MUSTER_STOP_FILE"  # common/contract.h kStopFile
+STOP_SLOT = "MUSTER_STOP_SLOT"  # common/contract.h kStopSlot: the rank's local rank
 _MAGIC = b"MSTOPBD1"
 _HEADER_WORDS = 8
 _MAX_SLOTS = 4096
@@ -40,6 +42,7 @@ class _Asker:
         self.horizon = 0
         self.stop_step = _NONE
         self.last_step = -1
+        self.calls_since = 0  # calls since the last ask
         self.last_asked = 0.0
 
 
@@ -47,28 +50,33 @@ _asker = _Asker()
 
 
 def _open(a):
-    a.opened = True
+    """Opens the board launch named, once it can: an error is raised again at the next call."""
     path = os.environ.get(STOP_FILE, "")
     if not path:
+        a.opened = True
         return
-    local = os.environ.get("LOCAL_RANK", "")
-    if not local.isdigit():
-        raise RuntimeError(f"stop_requested: {STOP_FILE} is set but LOCAL_RANK is not a local rank "
-                           f"({local or 'unset'})")
+    slot = os.environ.get(STOP_SLOT, "")
+    if not (slot.isascii() and slot.isdigit() and int(slot) < _MAX_SLOTS):
+        raise RuntimeError(f"stop_requested: {STOP_FILE} is set but {STOP_SLOT} is not a slot ({slot or 'unset'})")
     try:
         a.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
         raise RuntimeError(f"stop_requested: cannot open the stop board {STOP_FILE}='{path}': "
                            f"{e.strerror}") from None
-    a.slot = int(local)
+    a.slot = int(slot)
+    a.opened = True
 
 
-def _ahead(a, step, now):
-    """Steps this rank runs in about a millisecond (stop_board.h's "ahead")."""
-    if a.last_step < 0 or step <= a.last_step:
+_MAX_AHEAD = 256  # steps a rank may be promised past its own at one ask (worker/stop_request.cc)
+
+
+def _ahead(a, now):
+    """Calls this rank makes in about a millisecond (stop_board.h's "ahead"), from the calls
+    since the last ask: a loop that skips steps is not taken for a fast one."""
+    if a.last_step < 0 or a.calls_since <= 1:
         return 1
-    per_ms = (step - a.last_step) / max((now - a.last_asked) * 1000.0, 1e-3)
-    return min(max(int(per_ms), 1), 1024)
+    per_ms = a.calls_since / max((now - a.last_asked) * 1000.0, 1e-3)
+    return min(max(int(per_ms), 1), _MAX_AHEAD)
 
 
 def _ask(a, step, ahead):
@@ -85,7 +93,7 @@ def _ask(a, step, ahead):
         if not 0 <= slots <= _MAX_SLOTS:
             raise RuntimeError(f"stop_requested: {what}: a stop board of {slots} slots")
         if a.slot >= slots:
-            raise RuntimeError(f"stop_requested: {what} has {slots} slots; LOCAL_RANK {a.slot} is none of them")
+            raise RuntimeError(f"stop_requested: {what} has {slots} slots; {STOP_SLOT} {a.slot} is none of them")
         at = (_HEADER_WORDS + a.slot) * 8
         mine = os.pread(a.fd, 8, at)
         if len(mine) != 8:
@@ -112,10 +120,11 @@ def stop_requested(step):
     for most steps and a lock of a local file for at most one step a millisecond; a rank waits (a
     millisecond at a time) only where launch is choosing the stop step at this step. Without
     launch (no MUSTER_STOP_FILE), always False. Thread-safe. Raises RuntimeError where the board
-    cannot be read, ValueError for a negative step."""
-    step = int(step)
-    if step < 0:
-        raise ValueError(f"stop_requested: a step of {step}: steps count from 0")
+    cannot be read (again at each call), ValueError for a step below 0 or from 2**63, TypeError
+    for one that is not an integer."""
+    step = operator.index(step)  # an int (or numpy's), not a float
+    if not 0 <= step <= _INT64_MAX:
+        raise ValueError(f"stop_requested: a step of {step}: steps count from 0, below 2**63")
     a = _asker
     with a.lock:
         if not a.opened:
@@ -124,12 +133,13 @@ def stop_requested(step):
             return False
         if a.stop_step != _NONE:
             return step >= a.stop_step
+        a.calls_since += 1
         if step < a.horizon:
             return False
         while True:
             now = time.monotonic()
-            answer, horizon, a.stop_step = _ask(a, step, _ahead(a, step, now))
-            a.last_step, a.last_asked = step, now
+            answer, horizon, a.stop_step = _ask(a, step, _ahead(a, now))
+            a.last_step, a.last_asked, a.calls_since = step, now, 0
             if answer != "wait":
                 if a.stop_step == _NONE:
                     a.horizon = max(a.horizon, horizon)

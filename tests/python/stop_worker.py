@@ -7,7 +7,8 @@ usage: stop_worker.py MODE OUT [SECONDS_PER_STEP]
   never   a loop that never asks (an unmodified script): writes OUT/<RANK>.signal on SIGUSR1
           and goes on
 Each asking rank writes OUT/<RANK>.step (its latest step, now and then) while it runs, and
-OUT/<RANK>.stop ("<step> <the steps it was told False, counted>") when told True, then exits 0.
+OUT/<RANK>.stop ("<step> <the steps it was told False, counted>") when told True, then exits 0
+(STOP_WORKER_LINGER seconds later when set).
 """
 import os
 import signal
@@ -53,6 +54,7 @@ def main(argv):
     while True:
         if muster.stop_requested(step):
             write(os.path.join(out, f"{rank}.stop"), f"{step} {told_false}")
+            time.sleep(float(os.environ.get("STOP_WORKER_LINGER", "0")))
             if done:
                 done()
             return 0

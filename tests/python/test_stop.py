@@ -35,13 +35,13 @@ class Stop(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="muster-stop-")
         self.addCleanup(shutil.rmtree, self.dir, True)
 
-    def start(self, nproc, program, flags=("--master_port=0",), log="launch.log"):
+    def start(self, nproc, program, flags=("--master_port=0",), log="launch.log", env=None):
         """launch with `program` (after --no_python) for `nproc` ranks; its output to a file."""
         self.log = os.path.join(self.dir, log)
         out = open(self.log, "w")
         self.addCleanup(out.close)
         p = subprocess.Popen([LAUNCH, f"--nproc_per_node={nproc}", *flags,
-                              "--no_python", *program], env=python_env(), stdout=out,
+                              "--no_python", *program], env=python_env(**(env or {})), stdout=out,
                              stderr=subprocess.STDOUT)
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
         return p
@@ -117,31 +117,33 @@ class Stop(unittest.TestCase):
     def test_a_slow_loop_stops_at_the_next_step_or_the_one_after(self):
         p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.3"])
         self.wait_running(p, range(2), at_least=2)
-        # The furthest step any rank has been told False at, just before the notice: each rank
-        # writes its step before it sleeps, so a rank is at most one step past what it wrote.
+        # The furthest step a rank wrote, just before the notice (it writes a step after it was
+        # told False and slept).
         seen = max(int(self.read(f"{r}.step")) for r in range(2))
         noticed = time.time()
         p.send_signal(signal.SIGUSR1)
         self.assertEqual(self.finish(p), STOPPED, self.console())
         step = self.assert_one_step(range(2), seen)
-        self.assertLessEqual(step, seen + 3, "the stop came more than two steps after the notice")
+        # seen + 1 may have been told False before the notice, and its horizon seen + 2; a step
+        # more for the notice's way on a loaded machine.
+        self.assertLessEqual(step, seen + 4, "the stop came more than a few steps after the notice")
         last = max(os.path.getmtime(os.path.join(self.dir, f"{r}.stop")) for r in range(2))
         self.assertLess(last - noticed, 3 * 0.3 + 5, "the last rank stopped long after the notice")
 
-    def test_a_rank_that_never_asks_gets_the_notice_and_is_named_when_the_stop_times_out(self):
+    def test_a_rank_that_never_asks_is_named_when_the_stop_times_out(self):
         pick = (f'if [ "$RANK" = 2 ]; then exec {PY} {SCRIPT} never {self.dir}; '
                 f'else exec {PY} {SCRIPT} slow {self.dir} 0.001; fi')
         p = self.start(3, ["/bin/sh", "-c", pick], flags=["--master_port=0", "--stop_timeout=3", "--grace_period=2"])
         seen = self.wait_running(p, range(3), at_least=0)
         p.send_signal(signal.SIGUSR1)
         self.assertEqual(self.finish(p), 1, self.console())
-        self.assert_one_step([0, 1], seen)
-        self.assertEqual(self.read("2.signal"), "SIGUSR1", "the rank that never asked got no notice")
+        step = self.assert_one_step([0, 1], seen)
+        # Not sent the notice: a rank that has not asked yet may be one still starting.
+        self.assertIsNone(self.read("2.signal"), "the rank that never asked was sent the notice")
         console = self.console()
-        self.assertIn("launch: stopped at step", console)
-        self.assertIn("2 of 3 ranks stopped cleanly", console)
+        self.assertIn(f"launch: the stop at step {step} on request (SIGUSR1) failed: not every rank stopped "
+                      "within 3 s (--stop_timeout); 2 of 3 ranks stopped cleanly", console)
         self.assertRegex(console, r"rank 2 \(local_rank 2, pid \d+\) .*never asked stop_requested")
-        self.assertRegex(console, r"1 rank\(s\) did not stop within 3 s of SIGUSR1 .*: rank 2 ")
 
     def test_before_any_rank_asks_a_notice_is_passed_on_and_the_job_goes_on(self):
         p = self.start(2, [PY, SCRIPT, "never", self.dir])
@@ -158,9 +160,10 @@ class Stop(unittest.TestCase):
         self.assertNotIn("stopped at step", self.console())
 
     def test_a_second_notice_changes_nothing_and_sigterm_is_a_notice_when_asked_for(self):
-        # Steps of half a second: the second notice comes while the ranks run to the stop step.
-        p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.5"], flags=["--master_port=0", "--stop_notice=SIGUSR1,SIGTERM"])
-        seen = self.wait_running(p, range(2), at_least=1)
+        # The ranks stay 2 s after they stopped: the second notice comes while they run.
+        p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.05"], flags=["--master_port=0", "--stop_notice=SIGUSR1,SIGTERM"],
+                       env={"STOP_WORKER_LINGER": "2"})
+        seen = self.wait_running(p, range(2), at_least=3)
         p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + RUN
         while "every rank stops at step" not in self.console() and time.monotonic() < deadline:
@@ -171,6 +174,14 @@ class Stop(unittest.TestCase):
         console = self.console()
         self.assertIn(f"stopped at step {step} on request (SIGTERM); 2 of 2 ranks stopped cleanly", console)
         self.assertIn(f"launch got SIGUSR1 again: the ranks already stop at step {step}", console)
+
+    def test_ranks_of_virtual_local_rank_each_have_their_own_slot(self):
+        # LOCAL_RANK is 0 for every rank: the board's slot is MUSTER_STOP_SLOT.
+        p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=["--master_port=0", "--virtual_local_rank"])
+        seen = self.wait_running(p, range(2), at_least=20)
+        p.send_signal(signal.SIGUSR1)
+        self.assertEqual(self.finish(p), STOPPED, self.console())
+        self.assert_one_step(range(2), seen)
 
     def two_nodes(self, flags):
         """Two launches on this host with `flags` (and their node's own), 2 ranks each looping at
