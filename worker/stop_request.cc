@@ -33,9 +33,9 @@ struct Asker {
   int slot = 0;
   int64_t horizon = 0;  // steps below go on without asking (the horizon only grows)
   int64_t stopStep = stopboard::kNone;
-  int64_t lastStep = -1;
-  int64_t callsSince = 0;  // calls since the last ask
-  Clock::time_point lastAsked;
+  int64_t callsSince = 0;  // calls since windowStart
+  Clock::time_point windowStart;
+  int64_t ahead = 1;
 };
 
 Asker& asker() {
@@ -67,14 +67,20 @@ void openBoard(Asker& a) {
   a.opened = true;
 }
 
-// Calls this rank makes in about a millisecond, from the calls since the last ask: how many
-// steps it asks the horizon to move (a fast loop locks the board about once a millisecond, a
-// slow one every step). Calls, not steps: a loop that skips steps is not taken for a fast one.
-int64_t aheadOf(const Asker& a, Clock::time_point now) {
-  if (a.lastStep < 0 || a.callsSince <= 1) return 1;
-  double ms = std::chrono::duration<double, std::milli>(now - a.lastAsked).count();
-  double perMs = static_cast<double>(a.callsSince) / std::max(ms, 1e-3);
-  return std::clamp<int64_t>(static_cast<int64_t>(perMs), 1, kMaxAhead);
+// Calls this rank makes in about a millisecond: how many steps it asks the horizon to move (a
+// fast loop locks the board about once a millisecond, a slow one every step). Measured over a
+// window of at least a millisecond of calls, counted by calls (not steps: a loop that skips
+// steps is not taken for a fast one).
+int64_t aheadOf(Asker& a, Clock::time_point now) {
+  double ms = std::chrono::duration<double, std::milli>(now - a.windowStart).count();
+  if (a.windowStart == Clock::time_point{} || ms >= 1.0) {
+    if (a.windowStart != Clock::time_point{}) {
+      a.ahead = std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(a.callsSince) / ms), 1, kMaxAhead);
+    }
+    a.windowStart = now;
+    a.callsSince = 0;
+  }
+  return a.ahead;
 }
 
 }  // namespace
@@ -92,9 +98,6 @@ bool stopRequested(int64_t step) {
     auto now = Clock::now();
     auto asked = stopboard::ask(a.fd, a.slot, step, aheadOf(a, now));
     if (!asked.ok()) throw std::runtime_error("stopRequested: " + std::string(asked.status().message()));
-    a.lastStep = step;
-    a.lastAsked = now;
-    a.callsSince = 0;
     a.stopStep = asked->stopStep;
     if (asked->answer != stopboard::Answer::kWait) {
       if (a.stopStep == stopboard::kNone) a.horizon = std::max(a.horizon, asked->horizon);

@@ -41,9 +41,9 @@ class _Asker:
         self.slot = 0
         self.horizon = 0
         self.stop_step = _NONE
-        self.last_step = -1
-        self.calls_since = 0  # calls since the last ask
-        self.last_asked = 0.0
+        self.calls_since = 0  # calls since window_start
+        self.window_start = 0.0
+        self.ahead = 1
 
 
 _asker = _Asker()
@@ -71,12 +71,15 @@ _MAX_AHEAD = 256  # steps a rank may be promised past its own at one ask (worker
 
 
 def _ahead(a, now):
-    """Calls this rank makes in about a millisecond (stop_board.h's "ahead"), from the calls
-    since the last ask: a loop that skips steps is not taken for a fast one."""
-    if a.last_step < 0 or a.calls_since <= 1:
-        return 1
-    per_ms = a.calls_since / max((now - a.last_asked) * 1000.0, 1e-3)
-    return min(max(int(per_ms), 1), _MAX_AHEAD)
+    """Calls this rank makes in about a millisecond (stop_board.h's "ahead"), measured over a
+    window of at least a millisecond of calls: counted by calls, so that a loop that skips steps
+    is not taken for a fast one (worker/stop_request.cc's aheadOf)."""
+    ms = (now - a.window_start) * 1000.0
+    if a.window_start == 0.0 or ms >= 1.0:
+        if a.window_start != 0.0:
+            a.ahead = min(max(int(a.calls_since / ms), 1), _MAX_AHEAD)
+        a.window_start, a.calls_since = now, 0
+    return a.ahead
 
 
 def _ask(a, step, ahead):
@@ -139,7 +142,6 @@ def stop_requested(step):
         while True:
             now = time.monotonic()
             answer, horizon, a.stop_step = _ask(a, step, _ahead(a, now))
-            a.last_step, a.last_asked, a.calls_since = step, now, 0
             if answer != "wait":
                 if a.stop_step == _NONE:
                     a.horizon = max(a.horizon, horizon)

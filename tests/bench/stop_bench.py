@@ -123,6 +123,8 @@ def main():
     got = dict(line.split() for line in out.stdout.splitlines() if len(line.split()) == 2)
     tool = subprocess.run([os.path.join(build, "tests", "integration", "stop_tool"), "--bench", str(args.calls * 10)],
                           capture_output=True, text=True, timeout=600)
+    if tool.returncode != 0:
+        raise SystemExit(f"stop_bench: stop_tool --bench failed:\n{tool.stdout}{tool.stderr}")
     cpp = dict(line.split() for line in tool.stdout.splitlines() if len(line.split()) == 2)
     print("per call (ns), 2 ranks on one node:")
     print(f"  Python stop_requested(step) in a loop: {float(got['stop_requested']):9.1f}")

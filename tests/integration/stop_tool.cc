@@ -39,7 +39,7 @@ int bench(int64_t calls) {
   std::string board = std::string(dir) + "/board";
   if (!muster::stopboard::create(board, 1).ok()) return 1;
   setenv("MUSTER_STOP_FILE", board.c_str(), 1);
-  setenv("LOCAL_RANK", "0", 1);
+  setenv("MUSTER_STOP_SLOT", "0", 1);
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   int64_t stopped = 0;

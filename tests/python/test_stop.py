@@ -239,5 +239,42 @@ class Stop(unittest.TestCase):
             time.sleep(0.05)
         self.fail(f"nothing listens on port {port}")
 
+class StopRequestedAlone(unittest.TestCase):
+    """muster.stop_requested against a board made here (common/stop_board.h's layout)."""
+
+    def test_a_fast_loop_is_promised_more_than_one_step_at_a_time_and_a_slow_one_one(self):
+        import struct
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+        from muster import stop
+        d = tempfile.mkdtemp(prefix="muster-stopreq-")
+        self.addCleanup(shutil.rmtree, d, True)
+        board = os.path.join(d, "board")
+        with open(board, "wb") as f:
+            f.write(b"MSTOPBD1" + struct.pack("<7q", 1, 0, 0, -1, 0, 0, 0) + struct.pack("<q", -1))
+        saved = {k: os.environ.get(k) for k in ("MUSTER_STOP_FILE", "MUSTER_STOP_SLOT")}
+        self.addCleanup(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+                                 for k, v in saved.items()])
+        os.environ.update(MUSTER_STOP_FILE=board, MUSTER_STOP_SLOT="0")
+        stop._asker = stop._Asker()
+
+        def horizon():
+            with open(board, "rb") as f:
+                return struct.unpack("<q", f.read()[24:32])[0]
+        step = 0
+        for step in range(5):  # a step every 3 ms: one step at a time
+            self.assertFalse(stop.stop_requested(step))
+            time.sleep(0.003)
+        self.assertEqual(horizon(), 5)
+        lead, step, until = 0, 5, time.monotonic() + 0.05
+        i = 0
+        while time.monotonic() < until:
+            self.assertFalse(stop.stop_requested(step))
+            if i % 64 == 0:
+                lead = max(lead, horizon() - step)
+            step, i = step + 1, i + 1
+        self.assertGreater(lead, 2, "a fast loop locks the board at every step")
+        self.assertLessEqual(lead, 256)
+
+
 if __name__ == "__main__":
     unittest.main()
