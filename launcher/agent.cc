@@ -161,6 +161,8 @@ absl::Status Agent::startRound() {
   hangWhy_.clear();
   causes_.clear();
   oom_.baseline();
+  stop_.reset();
+  stopBoard_ = stopBoardPath();
   auto specs = workerSpecs({.options = options_,
                             .env = env_,
                             .command = command_,
@@ -172,11 +174,9 @@ absl::Status Agent::startRound() {
                             .timerFile = timerServer_ && !timerFile_.empty() ? timerServer_->path() : "",
                             .progressFifo = timerServer_ ? timerServer_->path() : "",
                             .watchOutput = options_.hangTimeoutS > 0,
-                            .stopBoard = stopBoardPath()},
+                            .stopBoard = stopBoard_},
                            at_);
   if (auto s = makeRankDirectories(specs); !s.ok()) return s;
-  stop_.reset();
-  stopBoard_ = stopBoardPath();
   if (auto s = stopboard::create(stopBoard_, static_cast<int>(specs.size())); !s.ok()) return s;
   if (multiNode_) {
     agreement_ = std::make_unique<StopAgreement>(

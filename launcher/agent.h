@@ -243,8 +243,7 @@ class Agent {
   // The coordinated stop: the round's stop board, and the stop once one was asked for.
   std::string stopBoard_;
   struct CoordinatedStop {
-    int sig = 0;          // the notice's signal, 0 when it was not one
-    int64_t reason = 0;   // the signal, or stopboard::kReason*
+    int64_t reason = 0;   // the notice's signal, or stopboard::kReason*
     std::chrono::steady_clock::time_point at;
     int64_t step = -1;           // the stop step, once posted
     int64_t frozenHorizon = -1;  // this node's horizon when frozen

@@ -48,7 +48,7 @@ bool Agent::requestStop(int sig) {
   }
   bool asked = std::any_of(board->asked.begin(), board->asked.end(), [](int64_t s) { return s != stopboard::kNone; });
   if (!asked) return false;  // an unmodified script: today's handling
-  stop_ = CoordinatedStop{.sig = sig, .reason = sig, .at = std::chrono::steady_clock::now()};
+  stop_ = CoordinatedStop{.reason = sig, .at = std::chrono::steady_clock::now()};
   armStopTimer();
   if (agreement_) {
     // Every node's horizon makes the step: the request goes through the store, and this node
@@ -73,10 +73,7 @@ void Agent::armStopTimer() {
 
 void Agent::onStopRequested(int64_t reason) {
   if ((stop_ && stop_->frozenHorizon >= 0) || stopping_ == Stopping::kDone) return;
-  if (!stop_) {
-    int sig = reason > 0 && reason < 1000 ? static_cast<int>(reason) : 0;
-    stop_ = CoordinatedStop{.sig = sig, .reason = reason, .at = std::chrono::steady_clock::now()};
-  }
+  if (!stop_) stop_ = CoordinatedStop{.reason = reason, .at = std::chrono::steady_clock::now()};
   auto frozen = stopboard::freeze(stopBoard_);
   if (!frozen.ok()) {
     onStopTimeout("cannot freeze the ranks' stop board: " + std::string(frozen.status().message()));
@@ -112,10 +109,15 @@ void Agent::onStopAgreementFailed(const std::string& why) {
   if (stop_) onStopTimeout("the nodes cannot agree on a stop step: " + why);
 }
 
+namespace {
+// The signal a stop's reason is, or 0 (stopboard::kReason* are not signals).
+int signalOf(int64_t reason) { return reason > 0 && reason < 1000 ? static_cast<int>(reason) : 0; }
+}  // namespace
+
 std::string Agent::reasonName(int64_t reason) {
   if (reason == stopboard::kReasonRequest) return "rendezvousctl stop";
   if (reason == stopboard::kReasonDeadline) return "--stop_at";
-  if (reason > 0 && reason < 1000) return signalName(static_cast<int>(reason)) + " to a node's launch";
+  if (signalOf(reason) > 0) return signalName(signalOf(reason)) + " to a node's launch";
   return fmt::format("reason {}", reason);
 }
 
@@ -155,7 +157,7 @@ void Agent::printStopSummary() const {
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - stop_->at).count();
   std::string at = stop_->step >= 0 ? fmt::format("at step {}", stop_->step) : "before a stop step was agreed";
-  std::string why = stop_->sig > 0 ? signalName(stop_->sig) : reasonName(stop_->reason);
+  std::string why = signalOf(stop_->reason) > 0 ? signalName(signalOf(stop_->reason)) : reasonName(stop_->reason);
   size_t all = group_->workers().size();
   if (stop_->failed) {
     std::fprintf(stderr, "launch: the stop %s on request (%s) failed: %s; %zu of %zu ranks stopped cleanly\n",
