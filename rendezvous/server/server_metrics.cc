@@ -2,19 +2,14 @@
 #include "rendezvous/server/server_metrics.h"
 
 #include <fmt/format.h>
-#include <malloc.h>
 #include <unistd.h>
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-// ASan's and TSan's allocator statistics (compiler-rt's sanitizer/allocator_interface.h, which GCC does not
-// install).
-extern "C" size_t __sanitizer_get_current_allocated_bytes();
-#endif
 
 #include <filesystem>
 #include <fstream>
 
 #include "common/limits.h"
 #include "rendezvous/membership/rendezvous_service.h"
+#include "rendezvous/server/heap_figures.h"
 #include "rendezvous/server/rendezvous_server.h"
 #include "rendezvous/store/store_sessions.h"
 
@@ -45,26 +40,16 @@ class Exposition {
 };
 
 struct Process {
-  uint64_t residentBytes = 0, heapBytes = 0, openFds = 0, sockets = 0;
+  uint64_t residentBytes = 0, openFds = 0, sockets = 0;
+  HeapFigures heap;
 };
-
-// What the process's allocations hold now: glibc's in-use bytes (small chunks and mmap'd ones),
-// or under ASan or TSan (tests/sanitize.sh) their allocator's, which replaces glibc's.
-uint64_t heapBytes() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return __sanitizer_get_current_allocated_bytes();
-#else
-  struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
-#endif
-}
 
 Process process() {
   Process p;
   std::ifstream statm("/proc/self/statm");
   uint64_t pages = 0, resident = 0;
   if (statm >> pages >> resident) p.residentBytes = resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  p.heapBytes = heapBytes();
+  p.heap = heapFigures();
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
     ++p.openFds;
@@ -142,7 +127,12 @@ std::string renderMetrics(RendezvousServer& server) {
   e.family("process_resident_memory_bytes", "gauge", "Resident memory in bytes.").sample(proc.residentBytes);
   e.family("muster_heap_bytes", "gauge",
            "Bytes the daemon's allocations hold now (malloc's in-use bytes, free memory it keeps excluded).")
-      .sample(proc.heapBytes);
+      .sample(proc.heap.now);
+  if (proc.heap.peak) {
+    e.family("muster_heap_peak_bytes", "gauge",
+             "The most muster_heap_bytes has been since the daemon started (ASan and TSan builds only).")
+        .sample(*proc.heap.peak);
+  }
   return e.take();
 }
 
