@@ -49,6 +49,10 @@ inline constexpr const char* kStopFile = "MUSTER_STOP_FILE";
 // The rank's slot on the board: its local rank (LOCAL_RANK is 0 for every rank under
 // --virtual_local_rank).
 inline constexpr const char* kStopSlot = "MUSTER_STOP_SLOT";
+// A job that stopped cleanly and starts again (a Slurm requeue, the same --rdzv_id again): the
+// step its ranks stopped at, kept in launch's stop record (launcher/stop_record.h); absent on a
+// fresh start. Python: muster.resumed_from_step(); C++: muster::worker::resumedFromStep().
+inline constexpr const char* kResumedFromStep = "MUSTER_RESUMED_FROM_STEP";
 // launch's control socket, for `rendezvousctl stacks --pid PID`: a local stream socket in the
 // abstract namespace (the leading NUL), served to launch's own user and root. The client sends
 // one line, "stacks", and reads the report to the end.

@@ -39,6 +39,14 @@ inline constexpr int64_t kNone = -1;
 inline constexpr int64_t kReasonRequest = 1000;   // rendezvousctl stop
 inline constexpr int64_t kReasonDeadline = 1001;  // --stop_at
 
+// Across nodes (launcher/stop_agreement.h) the request goes through the job's store, in the
+// running round's namespace "<run>/<round>/stop", as key kRequestKey holding the reason in
+// decimal; launch's nodes and `rendezvousctl stop` both write it.
+inline std::string storeNamespace(const std::string& runId, uint64_t round) {
+  return runId + "/" + std::to_string(round) + "/stop";
+}
+inline constexpr const char* kRequestKey = "request";
+
 struct Board {
   bool frozen = false;
   int64_t horizon = 0;

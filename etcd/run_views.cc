@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/net.h"
 #include "etcd/run_keys.h"
 #include "etcd/run_values.h"
 #include "etcd/watch.h"
@@ -202,6 +203,36 @@ absl::StatusOr<v1::StatusReply> statusOf(Client& client, const std::string& runI
   } catch (const json::exception& e) {
     return notLaunchs(e.what());
   }
+}
+
+absl::StatusOr<RunningStore> runningStoreOf(Client& client, const std::string& runId, Deadline deadline) {
+  pb::RangeRequest read;
+  read.set_key(runPrefix(runId, client.options().runsPrefix) + kStateKey);
+  auto state = client.range(read, deadline);
+  if (!state.ok()) return state.status();
+  if (state->kvs_size() == 0) {
+    return absl::NotFoundError(fmt::format("no running round of run '{}' in etcd at {} (gathering, never started, "
+                                           "or forgotten)", runId, client.endpointList()));
+  }
+  json st = json::parse(state->kvs(0).value(), nullptr, /*allow_exceptions=*/false);
+  if (auto s = checkState(st); !s.ok()) {
+    return absl::DataLossError(fmt::format("etcd at {}: run '{}''s state holds what launch does not write ({})",
+                                           client.endpointList(), runId, std::string(s.message())));
+  }
+  std::string phase = st.value("phase", std::string());
+  if (phase != "running") {
+    return absl::FailedPreconditionError(fmt::format("run '{}' is not running a round in etcd at {} (it is {})", runId,
+                                                     client.endpointList(), phase));
+  }
+  const json& first = st["nodes"][0];  // checkState: not empty while running
+  int port = first.value("store_port", 0);
+  if (port <= 0) {
+    return absl::FailedPreconditionError(
+        fmt::format("run '{}''s node 0 ({}) serves no store (a launch older than the coordinated stop)", runId,
+                    first.value("host", std::string())));
+  }
+  return RunningStore{.round = st.value("round", uint64_t{0}),
+                      .endpoint = net::joinHostPort(first.value("host", std::string()), port)};
 }
 
 namespace {

@@ -23,4 +23,13 @@ absl::StatusOr<::muster::v1::RunsReply> runsOf(Client& client, Deadline deadline
 // nodes, waiting. NOT_FOUND: no such run.
 absl::StatusOr<::muster::v1::StatusReply> statusOf(Client& client, const std::string& runId, Deadline deadline);
 
+// The running round of a run and the store its nodes share (group rank 0's launch serves it:
+// its host and store port), for `rendezvousctl stop`. NOT_FOUND: no such run;
+// FAILED_PRECONDITION: it is not running a round now (gathering, ended, finished).
+struct RunningStore {
+  uint64_t round = 0;
+  std::string endpoint;  // HOST:PORT
+};
+absl::StatusOr<RunningStore> runningStoreOf(Client& client, const std::string& runId, Deadline deadline);
+
 }  // namespace muster::etcd

@@ -51,7 +51,8 @@ Agent::Agent(LaunchOptions options, std::map<std::string, std::string> env,
       reportTimer_(io_),
       hangTimer_(io_),
       statusTimer_(io_),
-      stopTimer_(io_) {}
+      stopTimer_(io_),
+      stopAtTimer_(io_) {}
 
 Agent::~Agent() {
   stopProbe();
@@ -64,6 +65,7 @@ absl::Status Agent::prepare() {
   auto layout = makeJobLayout(options_, env_, multiNode_, runtimeDir_);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
+  resumeFromStopRecord();
   prepareWatchdogs();
   if (timerServer_ == nullptr && !timerFile_.empty()) {
     return absl::FailedPreconditionError(fmt::format("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", timerFile_));
@@ -185,7 +187,7 @@ absl::Status Agent::startRound() {
                            .token = layout_.token,
                            .tlsCaPem = tlsCaPem_,
                            .tlsServerName = options_.rdzvTlsServerName,
-                           .storeNamespace = fmt::format("{}/{}/stop", layout_.runId, at_.round),
+                           .storeNamespace = stopboard::storeNamespace(layout_.runId, at_.round),
                            .groupRank = at_.groupRank,
                            .groupWorldSize = at_.groupWorldSize},
         StopAgreement::Handlers{
@@ -203,6 +205,7 @@ absl::Status Agent::startRound() {
                  at_.round, group_->workers().size(), at_.worldSize, pids, layout_.runId, layout_.runDir);
   progress();
   armHangTimer();
+  startPendingStop();
   publishStatus();
   armStatusTimer();
   return absl::OkStatus();
@@ -458,6 +461,7 @@ void Agent::restartOrEnd() {
 
 void Agent::dropRound() {
   agreement_.reset();
+  ranksAsk();  // before the board goes: whether a notice between rounds is kept (requestStop)
   if (!stopBoard_.empty()) {
     std::error_code gone;
     fs::remove(stopBoard_, gone);
@@ -483,6 +487,10 @@ void Agent::finish(int code) {
     if (e.state == "FAILED") e.rawError = fmt::format("launch exits with code {}", code);
     emit(e);
   }
+  if (stopping_ != Stopping::kDone) {
+    if (code == kStoppedExit) keepStopStep();
+    if (code == 0) forgetStopStep();
+  }
   exitCode_ = code;
   stopping_ = Stopping::kDone;
   signals_.cancel();
@@ -491,6 +499,7 @@ void Agent::finish(int code) {
   hangTimer_.cancel();
   statusTimer_.cancel();
   stopTimer_.cancel();
+  stopAtTimer_.cancel();
   agreement_.reset();
   if (rdzv_) rdzv_->stopJoining();
   if (!rdzv_ || rdzv_->pendingReports() == 0) {
@@ -540,6 +549,23 @@ int Agent::run() {
     std::fprintf(stderr, "launch: %s\n", std::string(prepared.message()).c_str());
     layout_.discard();  // no worker ran: nothing to look at
     return prepared.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (options_.stopAt) {
+    auto at = stopTime(*options_.stopAt, options_.slurmJob);
+    if (!at.ok()) {
+      std::fprintf(stderr, "launch: %s\n", std::string(at.status().message()).c_str());
+      layout_.discard();
+      return at.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    stopAtUnixS_ = *at;
+    if (stopAtUnixS_) {
+      logger()->info("the job is asked to stop at {} ({}) (--stop_at)", localTimeText(*stopAtUnixS_),
+                     options_.stopAt->slurm ? fmt::format("the Slurm job's end less {} s", options_.stopAt->marginS)
+                                            : "the time given");
+      armStopAt();
+    } else {
+      logger()->info("--stop_at=slurm: Slurm job {} has no end time: no stop is asked", options_.slurmJob);
+    }
   }
   if (multiNode_) {
     startJoin();

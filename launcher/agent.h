@@ -114,6 +114,28 @@ class Agent {
   // stop_requested, every rank is told the same stop step; false when the notice is not one
   // (no rank asked, nothing runs), for the signal's usual handling.
   bool requestStop(int sig);
+  // The job is asked to stop for `reason` (a notice's signal, stopboard::kReason*): true when
+  // taken (the ranks are told, or the next round's will be); false when no rank of the job asks
+  // stop_requested yet, nothing runs, or a stop by signal is under way.
+  bool askStop(int64_t reason);
+  // "launch got SIGUSR1", "--stop_at's time came": a log line's start.
+  static std::string stopCause(int64_t reason);
+  // The step the ranks stopped at (the posted step; for step 0, posted before any rank asked,
+  // the step each was at); -1 before one was agreed.
+  int64_t stoppedStep() const;
+  // The stop record (stop_record.h): read at the start (MUSTER_RESUMED_FROM_STEP to the ranks),
+  // written after a clean stop (then --requeue), removed after a success.
+  void resumeFromStopRecord();
+  void keepStopStep();
+  void forgetStopStep();
+  // --stop_at: the stop is asked at stopAtUnixS_, and each second after until a rank asks.
+  void armStopAt();
+  void onStopAt();
+  // Whether some rank of the job has asked stop_requested, in this round or an earlier one (the
+  // round's board read now, when there is one).
+  bool ranksAsk();
+  // A notice kept while the group restarts: the new round's ranks stop at their first step.
+  void startPendingStop();
   // The job is asked to stop (this node's notice, or another node's through the agreement):
   // freezes the board (and offers its horizon to the other nodes); then the step is posted.
   void onStopRequested(int64_t reason);
@@ -251,7 +273,13 @@ class Agent {
     std::optional<std::string> failed;  // why the stop failed (its timeout, an error)
   };
   std::optional<CoordinatedStop> stop_;
+  bool stopAware_ = false;              // some rank of the job asked stop_requested
+  std::optional<int64_t> pendingStop_;  // a notice that came while the group restarted
+  std::optional<int64_t> stopAtUnixS_;  // --stop_at, resolved (Slurm's end time less the margin)
+  bool stopAtWaiting_ = false;          // its time came before any rank asked
+  std::string stopRecord_;              // the stop record's file, "" for none
   boost::asio::steady_timer stopTimer_;
+  boost::asio::steady_timer stopAtTimer_;
   std::unique_ptr<StopAgreement> agreement_;  // multi-node: the step every node agrees on
 };
 

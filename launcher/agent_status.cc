@@ -64,6 +64,13 @@ void Agent::publishStatus() {
       }
     }
   }
+  if (stop_) {
+    auto* stop = status.mutable_stop();
+    stop->set_reason(reasonName(stop_->reason));
+    stop->set_agreed(stop_->step >= 0);
+    stop->set_step(std::max<int64_t>(stop_->step, 0));
+    if (stop_->failed) stop->set_failed(*stop_->failed);
+  }
   rdzv_->setStatus(status);
 }
 

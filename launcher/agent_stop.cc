@@ -13,10 +13,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/contract.h"
 #include "common/deadline.h"
 #include "common/stop_board.h"
 #include "launcher/agent.h"
 #include "launcher/failure_report.h"
+#include "launcher/slurm.h"
+#include "launcher/stop_record.h"
 #include "launcher/worker_group.h"
 
 namespace muster::launcher {
@@ -25,41 +28,124 @@ std::string Agent::stopBoardPath() const {
   return (std::filesystem::path(layout_.runtimeDir) / fmt::format("stop-board-{}", at_.round)).string();
 }
 
+bool Agent::ranksAsk() {
+  if (stopAware_ || stopBoard_.empty()) return stopAware_;
+  if (auto board = stopboard::read(stopBoard_); board.ok()) {
+    stopAware_ = std::any_of(board->asked.begin(), board->asked.end(), [](int64_t s) { return s != stopboard::kNone; });
+  }
+  return stopAware_;
+}
+
 bool Agent::requestStop(int sig) {
   bool notice = std::find(options_.stopNotice.begin(), options_.stopNotice.end(), sig) != options_.stopNotice.end();
-  if (!notice || !group_ || stopBoard_.empty() || stopping_ != Stopping::kNo) return false;
+  return notice && askStop(sig);
+}
+
+namespace {
+// The signal a stop's reason is, or 0 (stopboard::kReason* are not signals).
+int signalOf(int64_t reason) { return reason > 0 && reason < 1000 ? static_cast<int>(reason) : 0; }
+}  // namespace
+
+std::string Agent::stopCause(int64_t reason) {
+  if (signalOf(reason) > 0) return "launch got " + signalName(signalOf(reason));
+  if (reason == stopboard::kReasonDeadline) return "--stop_at's time came";
+  return reasonName(reason);
+}
+
+bool Agent::askStop(int64_t reason) {
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal) return false;
+  std::string came = stopCause(reason);
+  // The group restarts (it stops after a failure or another node's, or this node waits for the
+  // next round): a job whose ranks ask keeps the notice for the next round.
+  bool restarting = !stop_ && (!group_ || stopBoard_.empty() || stopping_ == Stopping::kFailure ||
+                               stopping_ == Stopping::kRemote);
+  if (restarting) {
+    if (pendingStop_) {
+      logger()->warn("{} again: the next round's ranks already stop at their first step", came);
+      return true;
+    }
+    if (!ranksAsk()) return false;  // today's handling
+    pendingStop_ = reason;
+    logger()->warn("{} while the group restarts: the next round's ranks stop at their first step "
+                   "(stop_requested), and the job ends", came);
+    return true;
+  }
+  if (!group_ || stopBoard_.empty() || stopping_ != Stopping::kNo) return false;
   // One node: its ranks must be running. Across nodes a node whose ranks are done still passes
   // the notice on: the others' ranks run.
   if (!multiNode_ && group_->allExited()) return false;
   if (multiNode_ && !agreement_) return false;  // the agreement failed: the signal's usual meaning
   if (stop_) {
     if (stop_->step >= 0) {
-      logger()->warn("launch got {} again: the ranks already stop at step {}", signalName(sig), stop_->step);
+      logger()->warn("{} again: the ranks already stop at step {}", came, stop_->step);
     } else {
-      logger()->warn("launch got {} again: the nodes are already agreeing on a stop step", signalName(sig));
+      logger()->warn("{} again: the nodes are already agreeing on a stop step", came);
     }
     return true;
   }
   auto board = stopboard::read(stopBoard_);
   if (!board.ok()) {
-    logger()->error("launch got {} and cannot read the ranks' stop board: {}; handling it as a plain signal",
-                    signalName(sig), std::string(board.status().message()));
+    logger()->error("{} and cannot read the ranks' stop board: {}; handling it as without ranks that ask", came,
+                    std::string(board.status().message()));
     return false;
   }
-  bool asked = std::any_of(board->asked.begin(), board->asked.end(), [](int64_t s) { return s != stopboard::kNone; });
-  if (!asked) return false;  // an unmodified script: today's handling
-  stop_ = CoordinatedStop{.reason = sig, .at = std::chrono::steady_clock::now()};
+  stopAware_ = stopAware_ || std::any_of(board->asked.begin(), board->asked.end(),
+                                         [](int64_t s) { return s != stopboard::kNone; });
+  if (!stopAware_) return false;  // an unmodified script: today's handling
+  stop_ = CoordinatedStop{.reason = reason, .at = std::chrono::steady_clock::now()};
   armStopTimer();
   if (agreement_) {
     // Every node's horizon makes the step: the request goes through the store, and this node
     // takes it as the others do (onStopRequested, then onStopAgreed).
-    logger()->warn("launch got {}: asking every node to stop at one step (stop_requested)", signalName(sig));
-    agreement_->request(sig);
+    logger()->warn("{}: asking every node to stop at one step (stop_requested)", came);
+    agreement_->request(reason);
     return true;
   }
-  onStopRequested(sig);
-  if (stop_ && stop_->frozenHorizon >= 0) onStopAgreed(stop_->frozenHorizon, sig);
+  onStopRequested(reason);
+  if (stop_ && stop_->frozenHorizon >= 0) onStopAgreed(stop_->frozenHorizon, reason);
   return true;
+}
+
+void Agent::armStopAt() {
+  if (!stopAtUnixS_) return;
+  auto left = std::chrono::seconds(*stopAtUnixS_) - std::chrono::system_clock::now().time_since_epoch();
+  stopAtTimer_.expires_after(std::max<std::chrono::steady_clock::duration>(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(left), std::chrono::steady_clock::duration::zero()));
+  stopAtTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) onStopAt();
+  });
+}
+
+void Agent::onStopAt() {
+  if (stopping_ == Stopping::kDone || askStop(stopboard::kReasonDeadline)) return;
+  // No rank asks yet (still starting, between rounds before any asked, or an unmodified script):
+  // asked again each second.
+  if (!stopAtWaiting_) {
+    stopAtWaiting_ = true;
+    logger()->warn("--stop_at's time came, but no rank of the job asks stop_requested yet: asking again each second");
+  }
+  stopAtTimer_.expires_after(std::chrono::seconds(1));
+  stopAtTimer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) onStopAt();
+  });
+}
+
+void Agent::startPendingStop() {
+  if (!pendingStop_ || stop_) return;
+  int64_t reason = *pendingStop_;
+  pendingStop_.reset();
+  // The board is new: its horizon is 0 and no rank has asked. Frozen now, with the step posted
+  // (here, or once the other nodes offered theirs), every rank is told to stop at its first ask.
+  stop_ = CoordinatedStop{.reason = reason, .at = std::chrono::steady_clock::now()};
+  armStopTimer();
+  if (agreement_) {
+    logger()->warn("asking every node to stop at the new round's first step ({} came while the group restarted)",
+                   reasonName(reason));
+    agreement_->request(reason);
+    return;
+  }
+  onStopRequested(reason);
+  if (stop_ && stop_->frozenHorizon >= 0) onStopAgreed(stop_->frozenHorizon, reason);
 }
 
 void Agent::armStopTimer() {
@@ -86,6 +172,7 @@ void Agent::onStopRequested(int64_t reason) {
     agreement_->offer(stop_->frozenHorizon);
   }
   if (group_ && !group_->allExited()) armStopTimer();
+  publishStatus();
 }
 
 void Agent::onStopAgreed(int64_t step, int64_t reason) {
@@ -97,8 +184,10 @@ void Agent::onStopAgreed(int64_t step, int64_t reason) {
     return;
   }
   stop_->step = posted->stopStep;
-  logger()->warn("stopping on request ({}): every rank stops at step {} (stop_requested); they have {} s to "
-                 "exit (--stop_timeout)", reasonName(reason), stop_->step, options_.stopTimeoutS);
+  logger()->warn("stopping on request ({}): every rank stops at {} (stop_requested); they have {} s to "
+                 "exit (--stop_timeout)", reasonName(reason),
+                 stop_->step == 0 ? std::string("the first step it asks") : fmt::format("step {}", stop_->step),
+                 options_.stopTimeoutS);
   publishStatus();
 }
 
@@ -108,11 +197,6 @@ void Agent::onStopAgreementFailed(const std::string& why) {
   agreement_.reset();
   if (stop_) onStopTimeout("the nodes cannot agree on a stop step: " + why);
 }
-
-namespace {
-// The signal a stop's reason is, or 0 (stopboard::kReason* are not signals).
-int signalOf(int64_t reason) { return reason > 0 && reason < 1000 ? static_cast<int>(reason) : 0; }
-}  // namespace
 
 std::string Agent::reasonName(int64_t reason) {
   if (reason == stopboard::kReasonRequest) return "rendezvousctl stop";
@@ -134,6 +218,70 @@ void Agent::onStopTimeout(const std::string& why) {
   stopSignal_ = SIGTERM;
   stopStarted_ = std::chrono::steady_clock::now();
   stopGroup(SIGTERM, "the stop on request failed");
+  publishStatus();
+}
+
+int64_t Agent::stoppedStep() const {
+  if (!stop_ || stop_->step < 0) return -1;
+  int64_t step = stop_->step;
+  // Step 0 is posted only before any rank asked (a notice kept over a restart): each rank
+  // stopped at the first step it asked, the step the board holds for it.
+  if (step == 0) {
+    if (auto board = stopboard::read(stopBoard_); board.ok()) {
+      for (int64_t s : board->asked) step = std::max(step, s);
+    }
+  }
+  return step;
+}
+
+void Agent::resumeFromStopRecord() {
+  stopRecord_ = stopRecordPath(options_.stopRecord, layout_.ownSharedDir ? "" : layout_.sharedDir, layout_.runId);
+  if (stopRecord_.empty()) return;
+  auto record = readStopRecord(stopRecord_);
+  if (record.status().code() == absl::StatusCode::kNotFound) return;
+  if (!record.ok()) {
+    logger()->error("{}; the ranks get no MUSTER_RESUMED_FROM_STEP", std::string(record.status().message()));
+    return;
+  }
+  env_[contract::kResumedFromStep] = std::to_string(record->step);
+  logger()->warn("run '{}' resumes: it stopped at step {} on request ({}) at {}; the ranks get {}={} ({})",
+                 record->runId, record->step, record->reason, localTimeText(record->unixMs / 1000),
+                 contract::kResumedFromStep, record->step, stopRecord_);
+}
+
+void Agent::keepStopStep() {
+  int64_t step = stoppedStep();
+  if (!stopRecord_.empty() && step >= 0) {
+    StopRecord record{.runId = layout_.runId,
+                      .step = step,
+                      .reason = signalOf(stop_->reason) > 0 ? signalName(signalOf(stop_->reason)) : reasonName(stop_->reason),
+                      .unixMs = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count()};
+    if (auto s = writeStopRecord(stopRecord_, record); s.ok()) {
+      logger()->info("the stop step {} is kept in {}: the job's next start gives it to its ranks as {}", step,
+                     stopRecord_, contract::kResumedFromStep);
+    } else {
+      logger()->error("the stop step {} is not kept for the next start: {}", step, std::string(s.message()));
+    }
+  }
+  if (!options_.requeue || (multiNode_ && at_.groupRank != 0)) return;
+  if (auto s = requeueSlurmJob(options_.slurmJob); s.ok()) {
+    std::fprintf(stderr, "launch: requeued Slurm job %s (--requeue): it comes back and resumes\n",
+                 options_.slurmJob.c_str());
+    logger()->info("requeued Slurm job {} (--requeue)", options_.slurmJob);
+  } else {
+    std::fprintf(stderr, "launch: could not requeue Slurm job %s (--requeue): %s\n", options_.slurmJob.c_str(),
+                 std::string(s.message()).c_str());
+  }
+}
+
+void Agent::forgetStopStep() {
+  if (stopRecord_.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::remove(stopRecord_, ec)) {
+    logger()->info("the job succeeded: its stop record {} is removed (a next start begins afresh)", stopRecord_);
+  }
 }
 
 void Agent::printStopSummary() const {
@@ -156,7 +304,10 @@ void Agent::printStopSummary() const {
                                     never ? ", never asked stop_requested" : ""));
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - stop_->at).count();
-  std::string at = stop_->step >= 0 ? fmt::format("at step {}", stop_->step) : "before a stop step was agreed";
+  int64_t step = stoppedStep();
+  std::string at = stop_->step < 0   ? "before a stop step was agreed"
+                   : stop_->step == 0 ? fmt::format("at step {} (the round's first)", step)
+                                      : fmt::format("at step {}", step);
   std::string why = signalOf(stop_->reason) > 0 ? signalName(signalOf(stop_->reason)) : reasonName(stop_->reason);
   size_t all = group_->workers().size();
   if (stop_->failed) {

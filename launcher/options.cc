@@ -285,6 +285,23 @@ std::vector<Flag> flagTable() {
                "seconds the ranks have, from a stop notice, to reach the stop step and exit; then "
                "they are stopped as a failure (SIGTERM, then SIGKILL after the grace period; "
                "default 60; 0: no limit)"});
+  t.push_back({{"--stop_at", "--stop-at"}, "MUSTER_STOP_AT", true,
+               [](LaunchOptions& o, const std::string& v) -> absl::Status {
+                 auto at = parseStopAt(v);
+                 if (!at.ok()) return at.status();
+                 o.stopAt = *at;
+                 return absl::OkStatus();
+               },
+               "when launch asks the job to stop at one step by itself, as on a --stop_notice: Unix "
+               "seconds, a local time YYYY-MM-DDTHH:MM:SS, or slurm[-SECONDS]: the Slurm job's end "
+               "time (squeue) less SECONDS (default 300) for the checkpoint"});
+  t.push_back({{"--stop_record", "--stop-record"}, "MUSTER_STOP_RECORD", true, str(&LaunchOptions::stopRecord),
+               "file where a clean stop keeps its step, which the job's next start gives its ranks as "
+               "MUSTER_RESUMED_FROM_STEP (default: <shared dir>/.muster-stopped-<run id>.json when a "
+               "shared dir is given, else none)"});
+  t.push_back({{"--requeue"}, "MUSTER_REQUEUE", false, flag(&LaunchOptions::requeue),
+               "after a clean stop on request, requeue the Slurm job (scontrol requeue "
+               "$SLURM_JOB_ID; node 0 does it): it comes back and resumes"});
   t.push_back({{"--virtual_local_rank", "--virtual-local-rank"}, "PET_VIRTUAL_LOCAL_RANK", false,
                flag(&LaunchOptions::virtualLocalRank),
                "LOCAL_RANK=0 for every worker, CUDA_VISIBLE_DEVICES narrowed to its own device"});

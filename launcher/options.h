@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/deadline.h"
+#include "launcher/stop_at.h"
 #include "launcher/torchrun_version.h"
 
 namespace muster::launcher {
@@ -98,6 +99,9 @@ struct LaunchOptions {
   // how long the ranks have to reach the stop step and exit.
   std::vector<int> stopNotice{SIGUSR1};
   double stopTimeoutS = 60;
+  std::optional<StopAt> stopAt;  // --stop_at: a time at which launch asks the stop by itself
+  std::string stopRecord;        // --stop_record: where the stop step is kept (stop_record.h)
+  bool requeue = false;          // --requeue: scontrol requeue the Slurm job after a clean stop
   bool stacks = true;           // --stacks=on: ranks answer a roll-call (Python hook, native handler)
   double stacksTimeoutS = 3;    // how long a roll-call waits for a rank
   std::string sharedDir;

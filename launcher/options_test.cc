@@ -661,3 +661,56 @@ TEST(CpuList, ParsesAndFormatsRanges) {
 
 }  // namespace
 }  // namespace muster::launcher
+
+namespace muster::launcher {
+namespace {
+
+TEST(StopAt, TakesUnixSecondsALocalOrUtcTimeAndSlurmsEndLessAMargin) {
+  auto o = parse({"--stop_at=1795000000", "p"});
+  ASSERT_TRUE(o.stopAt.has_value());
+  EXPECT_EQ(o.stopAt->unixS, 1795000000);
+  EXPECT_FALSE(o.stopAt->slurm);
+  EXPECT_EQ(parse({"--stop-at", "2026-11-28T06:00:00Z", "p"}).stopAt->unixS, 1795845600);
+  // A local time is the one the machine's clock shows: back through localTimeText.
+  auto local = parse({"--stop_at=2026-11-28T06:00:00", "p"}).stopAt->unixS;
+  ASSERT_TRUE(local.has_value());
+  EXPECT_EQ(localTimeText(*local), "2026-11-28T06:00:00");
+  auto slurm = parseStopAt("slurm");
+  ASSERT_TRUE(slurm.ok());
+  EXPECT_TRUE(slurm->slurm);
+  EXPECT_EQ(slurm->marginS, 300);
+  EXPECT_EQ(parseStopAt("slurm-90")->marginS, 90);
+  // Slurm's end time and --requeue outside Slurm: one line.
+  EXPECT_EQ(error({"p"}, {{"MUSTER_STOP_AT", "slurm"}}),
+            "--stop_at=slurm: launch is not inside a Slurm job (no SLURM_JOB_ID)");
+  EXPECT_EQ(error({"--requeue", "--slurm=off", "p"}, {{"SLURM_JOB_ID", "7"}}),
+            "--requeue: launch is not inside a Slurm job (no SLURM_JOB_ID, or --slurm=off)");
+  EXPECT_FALSE(parse({"p"}).stopAt.has_value());
+  for (const char* bad : {"tomorrow", "slurm-", "slurm-x", "slurm--5", "-5", "+5", "2026-13-40T99:00:00", "2026-11-28",
+                          "2026-11-28T06:00:00+01"}) {
+    std::string why = error({std::string("--stop_at=") + bad, "p"});
+    EXPECT_NE(why.find("--stop_at '"), std::string::npos) << bad << ": " << why;
+    EXPECT_NE(why.find("it takes Unix seconds"), std::string::npos) << why;
+  }
+}
+
+TEST(StopAt, SlurmTimesAndTheWordsForNone) {
+  auto t = parseSlurmTime("2026-11-28T06:00:00\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->has_value());
+  EXPECT_EQ(localTimeText(**t), "2026-11-28T06:00:00");
+  for (const char* none : {"Unknown", "N/A", "NONE", "INVALID"}) {
+    auto n = parseSlurmTime(none);
+    ASSERT_TRUE(n.ok()) << none;
+    EXPECT_FALSE(n->has_value()) << none;
+  }
+  EXPECT_FALSE(parseSlurmTime("soon").ok());
+  // Outside Slurm, slurm is refused in one line; a time given is taken as it is.
+  auto outside = stopTime(StopAt{.slurm = true}, "");
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().message(), "--stop_at=slurm: launch is not inside a Slurm job (no SLURM_JOB_ID)");
+  EXPECT_EQ(*stopTime(StopAt{.unixS = 42}, ""), 42);
+}
+
+}  // namespace
+}  // namespace muster::launcher

@@ -107,6 +107,11 @@ absl::Status validateLaunchOptions(LaunchOptions& o, const std::map<std::string,
           o.numaBinding));
     }
   }
+  if (o.slurmJob.empty() && (o.requeue || (o.stopAt && o.stopAt->slurm))) {
+    return absl::InvalidArgumentError(fmt::format("{}: launch is not inside a Slurm job (no SLURM_JOB_ID{})",
+                                                  o.requeue ? "--requeue" : "--stop_at=slurm",
+                                                  o.slurm ? "" : ", or --slurm=off"));
+  }
   if (o.rdzvBackend != "static" && o.rdzvBackend != "c10d" && o.rdzvBackend != "muster" && !o.etcd()) {
     return absl::InvalidArgumentError(fmt::format(
         "--rdzv_backend={} is not supported; expected static, c10d, muster, etcd or etcd-v2", o.rdzvBackend));

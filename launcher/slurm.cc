@@ -214,4 +214,25 @@ std::string slurmNodeAddress(const std::string& host) {
   }
 }
 
+absl::Status requeueSlurmJob(const std::string& jobId) {
+  const char* path = std::getenv("PATH");
+  std::string scontrol = findExecutable("scontrol", path != nullptr ? path : "/usr/bin:/bin");
+  if (scontrol.empty()) return absl::NotFoundError("scontrol is not on PATH");
+  try {
+    bp::ipstream err;
+    bp::child c(bp::exe = scontrol, bp::args = {"requeue", jobId}, bp::std_out > bp::null, bp::std_err > err,
+                bp::std_in < bp::null);
+    std::string errors;
+    for (std::string line; std::getline(err, line);) errors += (errors.empty() ? "" : " ") + line;
+    c.wait();
+    if (c.exit_code() != 0) {
+      return absl::UnavailableError(fmt::format("scontrol requeue {} exited {}: {}", jobId, c.exit_code(),
+                                                errors.empty() ? "no message" : errors));
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(fmt::format("scontrol requeue {}: {}", jobId, e.what()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace muster::launcher

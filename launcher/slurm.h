@@ -50,6 +50,10 @@ void settleSlurmStep(LaunchOptions& options);
 // what slurmctld itself uses, and works where node names do not resolve), else `host`.
 std::string slurmNodeAddress(const std::string& host);
 
+// `scontrol requeue JOB`: the job goes back to the queue (Slurm ends this run of it); its
+// message when scontrol fails.
+absl::Status requeueSlurmJob(const std::string& jobId);
+
 // Parses NodeAddr out of `scontrol show node -o` output; "" when absent.
 std::string nodeAddrFromScontrol(const std::string& output);
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/deadline.h"
+#include "common/stop_board.h"
 #include "rendezvous/client/store_client.h"
 
 namespace muster::launcher {
@@ -95,16 +96,16 @@ void StopAgreement::Shared::run(std::shared_ptr<Shared> self) {
       mine.swap(toRequest);
     }
     if (mine) {
-      auto set = store->compareSet("request", "", std::to_string(*mine));
+      auto set = store->compareSet(stopboard::kRequestKey, "", std::to_string(*mine));
       if (!set.ok() && !transient(set.status())) return fail(self, set.status());
       if (!set.ok()) {
         std::lock_guard lock(mu);
         if (!toRequest) toRequest = mine;  // sent again on the next turn
       }
     }
-    auto waited = store->wait({"request"}, deadlineAfter(kSlice));
+    auto waited = store->wait({stopboard::kRequestKey}, deadlineAfter(kSlice));
     if (waited.ok()) {
-      auto got = store->get("request", deadlineAfter(kSlice));
+      auto got = store->get(stopboard::kRequestKey, deadlineAfter(kSlice));
       if (got.ok()) {
         reason = *got;
         break;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -109,6 +110,18 @@ bool stopRequested(int64_t step) {
     lock.lock();
     if (a.stopStep != stopboard::kNone) return step >= a.stopStep;
   }
+}
+
+std::optional<int64_t> resumedFromStep() {
+  const char* text = std::getenv(contract::kResumedFromStep);
+  if (text == nullptr) return std::nullopt;
+  int64_t step = 0;
+  const char* end = text + std::strlen(text);
+  auto [at, ec] = std::from_chars(text, end, step);
+  if (*text == '\0' || ec != std::errc() || at != end || step < 0) {
+    throw std::runtime_error(fmt::format("{}='{}' is not a step", contract::kResumedFromStep, text));
+  }
+  return step;
 }
 
 }  // namespace muster::worker

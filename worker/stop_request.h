@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace muster::worker {
 
@@ -22,5 +23,10 @@ namespace muster::worker {
 // launch (no MUSTER_STOP_FILE), always false. Thread-safe. Throws std::runtime_error where the
 // board launch named cannot be read (one line: the file and why), or for a negative step.
 bool stopRequested(int64_t step);
+
+// Where a job that stopped cleanly starts again (a Slurm requeue, the same --rdzv_id again):
+// the step its ranks stopped at (MUSTER_RESUMED_FROM_STEP, from launch's stop record), or
+// nullopt on a fresh start. Throws std::runtime_error for a value that is not a step.
+std::optional<int64_t> resumedFromStep();
 
 }  // namespace muster::worker

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -43,6 +45,23 @@ TEST(StopRequested, AFastLoopIsPromisedMoreThanOneStepAtATimeAndASlowOneOne) {
   EXPECT_GT(lead, 2) << "a fast loop locks the board at every step";
   EXPECT_LE(lead, 256);
   std::filesystem::remove_all(dir);
+}
+
+TEST(ResumedFromStep, TheStepLaunchGaveOrNoneAndAValueThatIsNoStepIsAnError) {
+  unsetenv("MUSTER_RESUMED_FROM_STEP");
+  EXPECT_FALSE(resumedFromStep().has_value());
+  setenv("MUSTER_RESUMED_FROM_STEP", "4611686018427387904", 1);
+  EXPECT_EQ(resumedFromStep(), int64_t{1} << 62);
+  for (const char* bad : {"", "-1", "12x", " 3", "9223372036854775808"}) {
+    setenv("MUSTER_RESUMED_FROM_STEP", bad, 1);
+    try {
+      resumedFromStep();
+      ADD_FAILURE() << "taken: '" << bad << "'";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "MUSTER_RESUMED_FROM_STEP='" + std::string(bad) + "' is not a step");
+    }
+  }
+  unsetenv("MUSTER_RESUMED_FROM_STEP");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
     elif chan.rank == 1:
         t = chan.recv(src=0)                 # an ordinary CPU tensor on the mapped file
     muster.progress()                        # launch --hang_timeout counts it as progress
+    start = muster.resumed_from_step() or 0  # where a requeued job stopped
     if muster.stop_requested(step):          # the same step on every rank, on a notice
         save(step)
     muster.store().set("key", b"value")      # the job's store (a torch.distributed.Store)
@@ -18,12 +19,13 @@ uses python3-xxhash when installed, else libxxhash through ctypes.
 from .errors import (ChannelDataLoss, ChannelDiskFull, ChannelError, ChannelInvalid,
                      ChannelNotShared, ChannelTimeout)
 from .progress import progress
-from .stop import stop_requested
+from .stop import resumed_from_step, stop_requested
 
 __version__ = "0.1.0"
 
 __all__ = ["Channel", "ChannelError", "ChannelTimeout", "ChannelDataLoss", "ChannelDiskFull",
-           "ChannelNotShared", "ChannelInvalid", "JobEnv", "progress", "stop_requested", "store", "__version__"]
+           "ChannelNotShared", "ChannelInvalid", "JobEnv", "progress", "resumed_from_step",
+           "stop_requested", "store", "__version__"]
 
 # torch loads on first use of what needs it: `import muster; muster.progress()` costs
 # milliseconds, and a rank's heartbeats can start before its imports are done.

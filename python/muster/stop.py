@@ -25,6 +25,7 @@ import time
 
 STOP_FILE = "MUSTER_STOP_FILE"  # common/contract.h kStopFile
 STOP_SLOT = "MUSTER_STOP_SLOT"  # common/contract.h kStopSlot: the rank's local rank
+RESUMED_FROM_STEP = "MUSTER_RESUMED_FROM_STEP"  # common/contract.h kResumedFromStep
 _MAGIC = b"MSTOPBD1"
 _HEADER_WORDS = 8
 _MAX_SLOTS = 4096
@@ -153,3 +154,15 @@ def stop_requested(step):
                 a.lock.acquire()
             if a.stop_step != _NONE:
                 return step >= a.stop_step
+
+
+def resumed_from_step():
+    """Where a job that stopped cleanly starts again (a Slurm requeue, the same --rdzv_id again):
+    the step its ranks stopped at (MUSTER_RESUMED_FROM_STEP, from launch's stop record), or None
+    on a fresh start. A value that is not a step raises ValueError."""
+    text = os.environ.get(RESUMED_FROM_STEP)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()) or int(text) > _INT64_MAX:
+        raise ValueError(f"{RESUMED_FROM_STEP}={text!r} is not a step")
+    return int(text)

@@ -334,6 +334,12 @@ absl::StatusOr<Response> RendezvousClient::blocking(
 
 bool ranksChanged(const pb::NodeStatus* before, const pb::NodeStatus& after) {
   if (before == nullptr || before->ranks_size() != after.ranks_size()) return true;
+  if (before->has_stop() != after.has_stop()) return true;
+  if (after.has_stop()) {
+    const auto& a = before->stop();
+    const auto& b = after.stop();
+    if (a.agreed() != b.agreed() || a.step() != b.step() || a.failed() != b.failed()) return true;
+  }
   for (int i = 0; i < after.ranks_size(); ++i) {
     const auto& a = before->ranks(i);
     const auto& b = after.ranks(i);

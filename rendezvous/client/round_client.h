@@ -48,7 +48,8 @@ class RoundClient {
 };
 
 // Whether `after` tells of other ranks or states than `before` (none yet: nullptr): a round's
-// start, a rank's exit, a stop. Ages and memory change at every refresh and do not count.
+// start, a rank's exit, the group stopping, a coordinated stop asked, agreed or failed. Ages and
+// memory change at every refresh and do not count.
 bool ranksChanged(const ::muster::v1::NodeStatus* before, const ::muster::v1::NodeStatus& after);
 
 }  // namespace muster::rendezvous

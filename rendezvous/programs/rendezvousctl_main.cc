@@ -16,11 +16,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "common/build_info.h"
 #include "common/contract.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/stop_board.h"
 #include "etcd/options.h"
 #include "etcd/roll_call.h"
 #include "etcd/run_views.h"
@@ -236,6 +238,51 @@ struct RunViews {
   }
 };
 
+// `stop --run ID`: asks a running job to stop at one step (launch's coordinated stop,
+// common/stop_board.h), as a notice to one of its nodes would: the request goes to the running
+// round's stop namespace in the job's store (the service at --addr, or with --etcd the store
+// node 0's launch serves). Its nodes agree on the step, its ranks stop there, launch exits 75.
+int stopRun(RunViews& views, const std::string& runId) {
+  auto cannot = [&](const absl::Status& s) {
+    std::fprintf(stderr, "rendezvousctl: cannot ask run '%s' at %s to stop: %s\n", runId.c_str(), views.where().c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  };
+  uint64_t round = 0;
+  ClientOptions store = views.options;
+  if (views.etcdEndpoints.empty()) {
+    auto status = views.fetchStatus(runId);
+    if (!status.ok()) return cannot(status.status());
+    if (status->run().state() != muster::v1::RunSummary::RUNNING) {
+      return cannot(absl::FailedPreconditionError(
+          fmt::format("it is not running a round (it is {}): nothing to stop",
+                      absl::AsciiStrToLower(muster::v1::RunSummary::State_Name(status->run().state())))));
+    }
+    round = status->run().round();
+  } else {
+    if (auto s = views.connectEtcd(); !s.ok()) return cannot(s);
+    auto running = muster::etcd::runningStoreOf(*views.etcd, runId, views.deadline());
+    if (!running.ok()) return cannot(running.status());
+    round = running->round;
+    store.target = running->endpoint;
+  }
+  store.ns = muster::stopboard::storeNamespace(runId, round);
+  auto client = StoreClient::connect(store, views.deadline());
+  if (!client.ok()) return cannot(client.status());
+  std::string reason = std::to_string(muster::stopboard::kReasonRequest);
+  auto now = (*client)->compareSet(muster::stopboard::kRequestKey, "", reason);
+  if (!now.ok()) return cannot(now.status());
+  if (*now != reason) {
+    std::printf("run '%s' (round %llu) was already asked to stop (reason %s); its ranks stop at one step\n",
+                runId.c_str(), static_cast<unsigned long long>(round), now->c_str());
+    return 0;
+  }
+  std::printf("asked run '%s' (round %llu) to stop: every rank stops at one step (stop_requested), then launch "
+              "exits 75; `rendezvousctl status --run %s` shows the step\n",
+              runId.c_str(), static_cast<unsigned long long>(round), runId.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -314,6 +361,12 @@ int main(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(0.1, 3600.0));
   }
+  std::string stopRunId;
+  auto* stopCmd = app.add_subcommand(
+      "stop", "ask a running job to stop at one step: every rank that asks stop_requested(step) is told True at "
+              "the same step, saves and exits; launch exits 75 (its ranks that never ask are stopped after "
+              "launch's --stop_timeout)");
+  stopCmd->add_option("--run", stopRunId, "the run (--rdzv_id)")->required();
   long launchPid = 0;
   auto* stacks = app.add_subcommand(
       "stacks", "print the stack of every thread of every rank of a running job (a roll-call); the "
@@ -334,11 +387,12 @@ int main(int argc, char** argv) {
   }
   if (app.get_subcommands().empty()) {
     std::fprintf(stderr, "rendezvousctl: a subcommand is required: set, get, add, compare-set, "
-                 "check, wait, delete, num-keys, append, health, runs, status or stacks (see --help)\n");
+                 "check, wait, delete, num-keys, append, health, runs, status, stop or stacks (see --help)\n");
     return 2;
   }
-  if (!etcdEndpoints.empty() && !(*stacks && !runId.empty()) && !*runsCmd && !*statusCmd) {
-    std::fprintf(stderr, "rendezvousctl: --etcd is for runs, status and stacks --run (runs whose rendezvous is in etcd)\n");
+  if (!etcdEndpoints.empty() && !(*stacks && !runId.empty()) && !*runsCmd && !*statusCmd && !*stopCmd) {
+    std::fprintf(stderr, "rendezvousctl: --etcd is for runs, status, stop and stacks --run (runs whose rendezvous is in "
+                 "etcd)\n");
     return 2;
   }
   if (escaped) {
@@ -403,6 +457,10 @@ int main(int argc, char** argv) {
     std::string out = render(0, ok);
     std::fwrite(out.data(), 1, out.size(), ok ? stdout : stderr);
     return ok ? 0 : 1;
+  }
+  if (*stopCmd) {
+    RunViews views{options, timeoutS, etcdEndpoints, etcdConf};
+    return stopRun(views, stopRunId);
   }
   if (*stacks && !etcdEndpoints.empty()) return etcdStacks(etcdEndpoints, etcdConf, runId, timeoutS);
   if (*stacks) return runStacks(options, runId, timeoutS);

@@ -77,6 +77,24 @@ std::string cut(std::string line, int width) {
   return line + "\n";
 }
 
+// The run's stop, as its nodes tell it: a failed one first, then one agreed, then one asked;
+// empty when no node has one.
+std::string stopLine(const pb::StatusReply& status) {
+  const pb::StopStatus* seen = nullptr;
+  auto rankOf = [](const pb::StopStatus& s) { return !s.failed().empty() ? 2 : s.agreed() ? 1 : 0; };
+  for (const auto& n : status.nodes()) {
+    if (!n.has_status() || !n.status().has_stop()) continue;
+    const auto& s = n.status().stop();
+    if (!seen || rankOf(s) > rankOf(*seen)) seen = &s;
+  }
+  if (!seen) return "";
+  if (!seen->failed().empty()) {
+    return fmt::format("the stop on request ({}) failed: {}", seen->reason(), seen->failed());
+  }
+  if (seen->agreed()) return fmt::format("stopping on request ({}): every rank stops at step {}", seen->reason(), seen->step());
+  return fmt::format("stopping on request ({}): the nodes are agreeing on a step", seen->reason());
+}
+
 }  // namespace
 
 std::string age(int64_t ms) {
@@ -113,6 +131,7 @@ std::string statusText(const pb::StatusReply& status, int width) {
                                     age(static_cast<int64_t>(r.age_ms()))),
                         width);
   if (status.nodes_size() == 0) return out;
+  if (auto stop = stopLine(status); !stop.empty()) out += cut(stop, width);
   for (const auto& n : status.nodes()) {
     std::string ranks = n.group_rank() < 0 ? "waiting"
                                            : fmt::format("{}-{}", n.first_rank(), n.first_rank() + n.local_world_size() - 1);
@@ -187,6 +206,12 @@ std::string statusJson(const pb::StatusReply& status) {
                         {"version", st.version()},
                         {"restarts_left", st.restarts_left()},
                         {"ranks", std::move(ranks)}};
+      if (st.has_stop()) {
+        node["status"]["stop"] = {{"reason", st.stop().reason()},
+                                  {"agreed", st.stop().agreed()},
+                                  {"step", st.stop().step()},
+                                  {"failed", st.stop().failed()}};
+      }
     }
     out["nodes"].push_back(std::move(node));
   }

@@ -20,7 +20,8 @@ void asOfNow(::muster::v1::StatusReply& status);
 // A table a run a line: id, state (with "forgotten in"), round, nodes present/min/max, ranks,
 // age; each line cut at `width` columns (0: not cut).
 std::string runsTable(const ::muster::v1::RunsReply& runs, int width = 0);
-// The run's line, then a line a node (group rank, host, its ranks, launch's pid and version,
+// The run's line, its stop's line when a node has one ("stopping on request (SIGUSR1 to a
+// node's launch): every rank stops at step 1200"), then a line a node (group rank, host, its ranks, launch's pid and version,
 // the last heartbeat's age, restarts left), each followed by its ranks' lines (pid, state, the
 // age of its last output and file-timer request, resident memory, exit code) when the node
 // sent them; cut at `width` columns.

@@ -6,6 +6,11 @@ usage: stop_worker.py MODE OUT [SECONDS_PER_STEP]
   slow    SECONDS_PER_STEP of sleep per step
   never   a loop that never asks (an unmodified script): writes OUT/<RANK>.signal on SIGUSR1
           and goes on
+  resume  SECONDS_PER_STEP of sleep per step, from muster.resumed_from_step() (written to
+          OUT/<RANK>.resumed, "none" on a fresh start); a resumed rank ends (exit 0) 20 steps on
+  restart SECONDS_PER_STEP of sleep per step; in the first round (TORCHELASTIC_RESTART_COUNT 0)
+          RANK 0 exits 3 at step 30 and the others, on SIGTERM, write OUT/<RANK>.term and take
+          1.5 s to exit; a later round starts at step 1000, as if from a checkpoint
 Each asking rank writes OUT/<RANK>.step (its latest step, now and then) while it runs, and
 OUT/<RANK>.stop ("<step> <the steps it was told False, counted>") when told True, then exits 0
 (STOP_WORKER_LINGER seconds later when set).
@@ -50,8 +55,28 @@ def main(argv):
         done = dist.destroy_process_group
     told_false = 0
     last_written = 0.0
-    step = 0
+    step, fail_at = 0, None
+    if mode == "restart":
+        if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            def on_term(*_):
+                write(os.path.join(out, f"{rank}.term"), "SIGTERM")
+                time.sleep(1.5)
+                os._exit(143)
+            signal.signal(signal.SIGTERM, on_term)
+            fail_at = 30 if rank == "0" else None
+        else:
+            step = 1000
+    end = None
+    if mode == "resume":
+        resumed = muster.resumed_from_step()
+        write(os.path.join(out, f"{rank}.resumed"), "none" if resumed is None else str(resumed))
+        if resumed is not None:
+            step, end = resumed, resumed + 20
     while True:
+        if step == fail_at:
+            return 3
+        if step == end:
+            return 0
         if muster.stop_requested(step):
             write(os.path.join(out, f"{rank}.stop"), f"{step} {told_false}")
             time.sleep(float(os.environ.get("STOP_WORKER_LINGER", "0")))

@@ -7,6 +7,7 @@ asked, a notice is what it always was.
 
 MUSTER_BUILD_DIR names the build (launch, stop_tool); PYTHONPATH holds python/."""
 
+import json
 import os
 import shutil
 import signal
@@ -26,6 +27,7 @@ from test_under_launch import BUILD, HERE, LAUNCH, PY, RUN, python_env  # noqa: 
 
 TOOL = os.path.join(BUILD, "tests", "integration", "stop_tool")
 RENDEZVOUSD = os.path.join(BUILD, "rendezvous", "rendezvousd")
+RENDEZVOUSCTL = os.path.join(BUILD, "rendezvous", "rendezvousctl")
 SCRIPT = os.path.join(HERE, "stop_worker.py")
 STOPPED = 75  # launch's exit code for a clean stop on request (docs/launching.md)
 
@@ -175,6 +177,60 @@ class Stop(unittest.TestCase):
         self.assertIn(f"stopped at step {step} on request (SIGTERM); 2 of 2 ranks stopped cleanly", console)
         self.assertIn(f"launch got SIGUSR1 again: the ranks already stop at step {step}", console)
 
+    def test_stop_at_a_time_stops_every_rank_at_one_step_when_it_comes(self):
+        at = int(time.time()) + 3
+        p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=["--master_port=0", f"--stop_at={at}"])
+        self.assertEqual(self.finish(p), STOPPED, self.console())
+        step = self.assert_one_step(range(2), 0)
+        for r in range(2):  # told at the time given, not before
+            self.assertGreaterEqual(os.stat(os.path.join(self.dir, f"{r}.stop")).st_mtime, at)
+        console = self.console()
+        self.assertIn(f"the job is asked to stop at {time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(at))} "
+                      "(the time given) (--stop_at)", console)
+        self.assertIn(f"stopped at step {step} on request (--stop_at); 2 of 2 ranks stopped cleanly", console)
+
+    def test_stop_at_a_time_past_waits_for_the_first_rank_to_ask(self):
+        p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=["--master_port=0", "--stop_at=1"])
+        self.assertEqual(self.finish(p), STOPPED, self.console())
+        self.assert_one_step(range(2), -1)
+        self.assertIn("--stop_at's time came, but no rank of the job asks stop_requested yet: asking again each "
+                      "second", self.console())
+
+    def test_the_next_start_resumes_from_the_step_kept_and_a_success_forgets_it(self):
+        record = os.path.join(self.dir, "kept", "stopped.json")
+        os.makedirs(os.path.dirname(record))
+        flags = ["--master_port=0", f"--stop_record={record}"]
+        p = self.start(2, [PY, SCRIPT, "resume", self.dir, "0.002"], flags=flags, log="first.log")
+        seen = self.wait_running(p, range(2), at_least=20)
+        self.assertEqual(self.read("0.resumed"), "none")
+        p.send_signal(signal.SIGUSR1)
+        self.assertEqual(self.finish(p), STOPPED, self.console())
+        step = self.assert_one_step(range(2), seen)
+        with open(record) as f:
+            kept = json.load(f)
+        self.assertEqual((kept["step"], kept["reason"]), (step, "SIGUSR1"), kept)
+        self.assertIn(f"the stop step {step} is kept in {record}", self.console())
+        # The next start: every rank is told where the job stopped, runs on and succeeds.
+        p = self.start(2, [PY, SCRIPT, "resume", self.dir, "0.002"], flags=flags, log="second.log")
+        self.assertEqual(self.finish(p), 0, self.console())
+        for r in range(2):
+            self.assertEqual(self.read(f"{r}.resumed"), str(step))
+        self.assertIn(f"resumes: it stopped at step {step} on request (SIGUSR1)", self.console())
+        self.assertFalse(os.path.exists(record), "a success leaves the stop record behind")
+
+    def test_a_stop_record_launch_does_not_write_is_one_line_and_the_job_starts_afresh(self):
+        record = os.path.join(self.dir, "stopped.json")
+        for text in ('{"run_id": "x", "step": -4, "reason": "r", "unix_ms": 0}', '{"step": 12', "\x00\xff"):
+            with open(record, "w", encoding="latin-1") as f:
+                f.write(text)
+            p = self.start(1, [PY, SCRIPT, "resume", self.dir, "0.002"], log="foreign.log",
+                           flags=["--master_port=0", f"--stop_record={record}", "--stop_at=1"])
+            self.assertEqual(self.finish(p), STOPPED, self.console())
+            self.assertEqual(self.read("0.resumed"), "none")
+            lines = [l for l in self.console().splitlines() if "not a stop record launch writes" in l]
+            self.assertEqual(len(lines), 1, self.console())
+            self.assertIn(record, lines[0])
+
     def test_ranks_of_virtual_local_rank_each_have_their_own_slot(self):
         # LOCAL_RANK is 0 for every rank: the board's slot is MUSTER_STOP_SLOT.
         p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=["--master_port=0", "--virtual_local_rank"])
@@ -183,24 +239,85 @@ class Stop(unittest.TestCase):
         self.assertEqual(self.finish(p), STOPPED, self.console())
         self.assert_one_step(range(2), seen)
 
-    def two_nodes(self, flags):
+    def wait_file(self, p, name):
+        deadline = time.monotonic() + RUN
+        while self.read(name) is None:
+            self.assertLess(time.monotonic(), deadline, f"no {name}:\n" + self.console())
+            self.assertIsNone(p.poll(), "launch ended:\n" + self.console())
+            time.sleep(0.02)
+
+    def assert_resumed_at_one_step(self, ranks):
+        """After a notice kept over a restart: the ranks of the new round (which start at step
+        1000) all stopped at one step, each told False at every step before it; the step."""
+        got = self.stops(ranks)
+        steps = {step for step, _ in got.values()}
+        self.assertEqual(len(steps), 1, f"the ranks stopped at different steps: {got}")
+        step = steps.pop()
+        self.assertGreaterEqual(step, 1000, got)
+        for r, (_, told_false) in got.items():
+            self.assertEqual(told_false, step - 1000, f"rank {r}: {got}")
+        return step
+
+    def test_a_notice_while_the_group_restarts_stops_the_next_round_at_its_first_step(self):
+        # Rank 0 fails in the first round; rank 1 takes 1.5 s to go on SIGTERM: the notice comes
+        # while the group stops for the restart, and the new round's ranks stop at their first step.
+        p = self.start(2, [PY, SCRIPT, "restart", self.dir, "0.002"], flags=["--master_port=0", "--max_restarts=1"])
+        self.wait_file(p, "1.term")
+        p.send_signal(signal.SIGUSR1)
+        self.assertEqual(self.finish(p), STOPPED, self.console())
+        self.assertEqual(self.assert_resumed_at_one_step(range(2)), 1000)
+        console = self.console()
+        self.assertIn("launch got SIGUSR1 while the group restarts", console)
+        self.assertIn("stopped at step 1000 (the round's first) on request (SIGUSR1); 2 of 2 ranks stopped cleanly",
+                      console)
+
+    def test_a_notice_to_node_1_while_both_nodes_restart_stops_every_rank_at_one_step(self):
+        port = ports.reserve_port()
+        logs = [os.path.join(self.dir, f"node{n}.log") for n in range(2)]
+        nodes = [self.start(2, [PY, SCRIPT, "restart", self.dir, "0.002"], log=f"node{n}.log",
+                            flags=["--nnodes=2", f"--node_rank={n}", "--master_addr=127.0.0.1",
+                                   f"--master_port={port}", "--max_restarts=1"]) for n in range(2)]
+        self.log = logs[1]
+        self.wait_file(nodes[1], "3.term")  # node 1 stops its ranks for node 0's failure
+        nodes[1].send_signal(signal.SIGUSR1)
+        for n, p in enumerate(nodes):
+            self.log = logs[n]
+            self.assertEqual(self.finish(p), STOPPED, f"node {n}:\n" + self.console())
+        step = self.assert_resumed_at_one_step(range(4))
+        self.assertIn("launch got SIGUSR1 while the group restarts", self.console(logs[1]))
+        self.assertIn("the job is asked to stop (SIGUSR1 to a node's launch)", self.console(logs[0]))
+        for n in range(2):
+            self.assertRegex(self.console(logs[n]), rf"stopped at step {step}( \(the round's first\))? on request "
+                             r"\(SIGUSR1\); 2 of 2 ranks stopped cleanly")
+
+    def two_nodes(self, flags, notice=None, env=None):
         """Two launches on this host with `flags` (and their node's own), 2 ranks each looping at
-        up to 500 steps a second; SIGUSR1 to node 1 only: every rank of both stops at one step,
-        the nodes agreeing through the job's store."""
-        nodes = [self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=flags(n), log=f"node{n}.log")
+        up to 500 steps a second; SIGUSR1 to node 1 only (or `notice(nodes)`, which returns the
+        reason's name): every rank of both stops at one step, the nodes agreeing through the
+        job's store."""
+        nodes = [self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=flags(n), log=f"node{n}.log", env=env)
                  for n in range(2)]
         logs = [os.path.join(self.dir, f"node{n}.log") for n in range(2)]
         seen = self.wait_running(nodes[1], range(4), at_least=50)
-        nodes[1].send_signal(signal.SIGUSR1)
+        if notice:
+            why, said = notice(nodes), "the job is asked to stop ({})"
+        else:
+            nodes[1].send_signal(signal.SIGUSR1)
+            why, said = "SIGUSR1", "the job is asked to stop (SIGUSR1 to a node's launch)"
         for n, p in enumerate(nodes):
             self.log = logs[n]
             self.assertEqual(self.finish(p), STOPPED, f"node {n}:\n" + self.console())
         step = self.assert_one_step(range(4), seen)
         for n in range(2):
-            self.assertIn(f"stopped at step {step} on request (SIGUSR1); 2 of 2 ranks stopped cleanly",
+            self.assertIn(f"stopped at step {step} on request ({why}); 2 of 2 ranks stopped cleanly",
                           self.console(logs[n]))
-        self.assertIn("asking every node to stop at one step", self.console(logs[1]))
-        self.assertIn("the job is asked to stop (SIGUSR1 to a node's launch)", self.console(logs[0]))
+        if notice:
+            for n in range(2):
+                self.assertIn(said.format(why), self.console(logs[n]))
+        else:
+            self.assertIn("asking every node to stop at one step", self.console(logs[1]))
+            self.assertIn(said, self.console(logs[0]))
+        return step
 
     def test_two_nodes_stop_at_one_step_when_only_node_1_gets_the_notice(self):
         # node 0's launch hosts the rendezvous (launch's own service)
@@ -217,7 +334,56 @@ class Stop(unittest.TestCase):
         self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
                                   "--rdzv_id=stopjob", "--rdzv_conf=is_host=false"])
 
-    def test_two_nodes_on_etcd_stop_at_one_step(self):
+    def rendezvousctl(self, *args):
+        return subprocess.run([RENDEZVOUSCTL, *args], capture_output=True, text=True, timeout=RUN)
+
+    def test_rendezvousctl_stop_stops_two_nodes_at_one_step_and_a_wrong_token_is_refused(self):
+        port = ports.reserve_port()
+        token, wrong = os.path.join(self.dir, "token"), os.path.join(self.dir, "wrong")
+        for path, text in ((token, "stop-me"), (wrong, "not-it")):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}", f"--token-file={token}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (d.terminate(), d.wait()))
+        self.wait_port(port)
+        addr = f"127.0.0.1:{port}"
+
+        def notice(nodes):
+            refused = self.rendezvousctl("--addr", addr, "--token-file", wrong, "--timeout", "10", "stop",
+                                         "--run", "stopjob")
+            self.assertEqual(refused.returncode, 1, refused.stdout + refused.stderr)
+            self.assertEqual(len(refused.stderr.splitlines()), 1, refused.stderr)
+            self.assertIn("cannot ask run 'stopjob'", refused.stderr)
+            self.assertIn("token", refused.stderr.lower())
+            # Refused: the job runs on, no rank is told to stop.
+            before = self.wait_running(nodes[1], range(4), at_least=0)
+            self.wait_running(nodes[1], range(4), at_least=before + 20)
+            self.assertFalse(any(self.read(f"{r}.stop") for r in range(4)))
+            asked = self.rendezvousctl("--addr", addr, "--token-file", token, "--timeout", "10", "stop",
+                                       "--run", "stopjob")
+            self.assertEqual(asked.returncode, 0, asked.stdout + asked.stderr)
+            self.assertIn("asked run 'stopjob' (round ", asked.stdout)
+            # The ranks linger after their stop (STOP_WORKER_LINGER): the run's status says it.
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                shown = self.rendezvousctl("--addr", addr, "--token-file", token, "status", "--run", "stopjob")
+                if "every rank stops at step" in shown.stdout or "finished" in shown.stdout:
+                    break
+                time.sleep(0.1)
+            self.assertRegex(shown.stdout, r"stopping on request \(rendezvousctl stop\): every rank stops at step \d+",
+                             shown.stdout + shown.stderr)
+            return "rendezvousctl stop"
+
+        self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint={addr}",
+                                  "--rdzv_id=stopjob", "--rdzv_conf=is_host=false"],
+                       notice=notice, env={"MUSTER_STORE_TOKEN_FILE": token, "STOP_WORKER_LINGER": "3"})
+        again = self.rendezvousctl("--addr", addr, "--token-file", token, "--timeout", "5", "stop", "--run", "stopjob")
+        self.assertEqual(again.returncode, 1, again.stdout + again.stderr)
+        self.assertIn("not running a round", again.stderr)
+
+    def etcd(self):
+        """A one-member etcd of this test's own; its client port."""
         client, peer = ports.reserve_port(), ports.reserve_port()
         etcd = subprocess.Popen(
             ["/usr/bin/etcd", "--name=stop", f"--data-dir={self.dir}/etcd",
@@ -227,8 +393,27 @@ class Stop(unittest.TestCase):
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.addCleanup(lambda: (etcd.terminate(), etcd.wait()))
         self.wait_port(client)
+        return client
+
+    def test_two_nodes_on_etcd_stop_at_one_step(self):
+        client = self.etcd()
         self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=etcd", f"--rdzv_endpoint=127.0.0.1:{client}",
                                   "--rdzv_id=stopjob"])
+
+    def test_rendezvousctl_stop_reaches_a_run_on_etcd_through_node_0s_store(self):
+        client = self.etcd()
+        token = os.path.join(self.dir, "token")
+        with open(token, "w") as f:
+            f.write("stop-me\n")
+
+        def notice(nodes):
+            asked = self.rendezvousctl("--etcd", f"127.0.0.1:{client}", "--token-file", token, "--timeout", "10",
+                                       "stop", "--run", "stopjob")
+            self.assertEqual(asked.returncode, 0, asked.stdout + asked.stderr)
+            return "rendezvousctl stop"
+
+        self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=etcd", f"--rdzv_endpoint=127.0.0.1:{client}",
+                                  "--rdzv_id=stopjob"], notice=notice, env={"MUSTER_STORE_TOKEN_FILE": token})
 
     def wait_port(self, port):
         deadline = time.monotonic() + 60
@@ -274,6 +459,20 @@ class StopRequestedAlone(unittest.TestCase):
             step, i = step + 1, i + 1
         self.assertGreater(lead, 2, "a fast loop locks the board at every step")
         self.assertLessEqual(lead, 256)
+
+    def test_resumed_from_step_is_the_step_launch_gave_or_none(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
+        import muster
+        saved = os.environ.pop("MUSTER_RESUMED_FROM_STEP", None)
+        self.addCleanup(lambda: saved is not None and os.environ.__setitem__("MUSTER_RESUMED_FROM_STEP", saved))
+        self.addCleanup(os.environ.pop, "MUSTER_RESUMED_FROM_STEP", None)
+        self.assertIsNone(muster.resumed_from_step())
+        os.environ["MUSTER_RESUMED_FROM_STEP"] = str(2**62)
+        self.assertEqual(muster.resumed_from_step(), 2**62)
+        for bad in ("", "-1", "12x", " 3", "٣", str(2**63)):
+            os.environ["MUSTER_RESUMED_FROM_STEP"] = bad
+            with self.assertRaisesRegex(ValueError, "MUSTER_RESUMED_FROM_STEP=.* is not a step"):
+                muster.resumed_from_step()
 
 
 if __name__ == "__main__":
