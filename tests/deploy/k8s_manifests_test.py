@@ -145,6 +145,26 @@ class Manifests(unittest.TestCase):
         config = [a for a in program if a.startswith("--config=")][0].split("=", 1)[1]
         self.assertTrue(config.startswith(mount["mountPath"] + "/"), config)
 
+    def test_a_stop_on_request_is_not_counted_as_a_failure_and_fits_the_grace(self):
+        """The exit code the podFailurePolicy ignores is the one launch gives a clean stop (a
+        real launch, stopped by --stop_at, says it); SIGTERM is a notice; the stop's timeout fits
+        in the grace Kubernetes gives."""
+        rules = self.job["spec"]["podFailurePolicy"]["rules"]
+        codes = [r["onExitCodes"] for r in rules if r["action"] == "Ignore" and "onExitCodes" in r]
+        self.assertEqual(len(codes), 1, rules)
+        self.assertEqual((codes[0]["containerName"], codes[0]["operator"]), (self.jcontainer["name"], "In"))
+        self.assertIn({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}, rules)
+        jflags, _ = flags(self.jcontainer["args"])
+        self.assertIn("SIGTERM", jflags["--stop_notice"].split(","))
+        self.assertLess(float(jflags["--stop_timeout"]), self.jpod["terminationGracePeriodSeconds"])
+        work = tempfile.mkdtemp(prefix="muster-k8s-stop-")
+        self.addCleanup(shutil.rmtree, work, True)
+        stopped = subprocess.run([os.path.join(BUILD, "launcher", "launch"), "--nproc_per_node=1", "--master_port=0",
+                                  "--stop_at=1", "--no_python", os.path.join(BUILD, "tests", "integration", "stop_tool"),
+                                  work, "0.001"], capture_output=True, text=True, timeout=120)
+        self.assertIn("stopped at step", stopped.stderr)
+        self.assertEqual(codes[0]["values"], [stopped.returncode], stopped.stderr)
+
     def test_what_the_manifests_describe_runs(self):
         """rendezvousd with the Deployment's args; the Job's two pods as two launches."""
         work = tempfile.mkdtemp(prefix="muster-k8s-")

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -217,7 +218,8 @@ class Cluster {
         << "SlurmctldHost=" << shortHost << "(" << net.address(254) << ")\n"
         << "SlurmctldPort=6817\n"
         << "AuthType=auth/munge\nCredType=cred/munge\n"
-        << "AuthInfo=socket=" << socket() << "\n"
+        // A requeued job waits cred_expire (default 120 s) before it runs again.
+        << "AuthInfo=socket=" << socket() << ",cred_expire=10\n"
         << "SlurmUser=root\nSlurmdUser=root\n"
         << "StateSaveLocation=" << d << "/state\n"
         << "SlurmdSpoolDir=" << d << "/spool/%n\n"
@@ -393,6 +395,74 @@ TEST_F(Slurm, TheTimeLimitNoticeComesFromSbatchSignal) {
     EXPECT_EQ(readText(marks / ("usr1-" + std::to_string(r))), "rank " + std::to_string(r) + " got USR1\n");
   }
   EXPECT_EQ(forwards(job.output, "SIGUSR1"), 2u) << job.output;
+}
+
+// The coordinated stop under Slurm: tests/python/stop_worker.py in "resume" mode, four ranks on
+// two nodes looping until told to stop, and on a resumed start running 20 steps on and ending.
+std::vector<std::string> stopWorker(const fs::path& marks) {
+  fs::create_directories(marks);
+  return {"/usr/bin/python3", sourceDir() + "/tests/python/stop_worker.py", "resume", marks.string(), "0.01"};
+}
+
+// Each rank's "<stop step> <steps it was told False>" (.stop) and what it resumed from (.resumed).
+std::string stopsOf(const fs::path& marks) {
+  std::string all;
+  for (int r = 0; r < 4; ++r) all += std::to_string(r) + ":" + readText(marks / (std::to_string(r) + ".stop")) + " ";
+  return all;
+}
+
+TEST_F(Slurm, TheBatchShellsTimeLimitNoticeStopsEveryRankAtOneStepAndTheRequeuedJobResumes) {
+  // --signal=B:USR1@50 with a one-minute limit: slurmctld signals the batch shell at its first
+  // time-limit pass under 50 s left; muster.sbatch passes it to srun, srun to both launches.
+  fs::path marks = cluster_->dir / "requeue-marks";
+  auto program = stopWorker(marks);
+  std::vector<std::string> args{"--time=1", "--signal=B:USR1@50", "--requeue", "--open-mode=append", deployScript()};
+  args.insert(args.end(), program.begin(), program.end());
+  auto env = deployEnv();
+  env.push_back("MUSTER_LAUNCH_ARGS=--no_python --requeue --stop_timeout=40");
+  env.push_back("PYTHONPATH=" + sourceDir() + "/python");
+  auto job = cluster_->sbatch(args, env, milliseconds(300000));
+  ASSERT_EQ(job.code, 0) << job.sbatch << job.output;
+  // The first run: one stop step for all four ranks, each told False at every step before it.
+  std::regex stopLine("(\\d+) (\\d+)");
+  std::set<std::string> steps;
+  for (int r = 0; r < 4; ++r) {
+    std::string text = readText(marks / (std::to_string(r) + ".stop"));
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(text, m, stopLine)) << "rank " << r << ": '" << text << "'\n" << job.output;
+    EXPECT_EQ(m[1], m[2]) << "rank " << r << " was told False at a step past its stop: " << text;
+    steps.insert(m[1]);
+  }
+  ASSERT_EQ(steps.size(), 1u) << stopsOf(marks) << job.output;
+  std::string step = *steps.begin();
+  EXPECT_NE(job.output.find("muster: the batch shell got SIGUSR1; passing it to srun"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("stopped at step " + step + " on request (SIGUSR1); 2 of 2 ranks stopped cleanly"),
+            std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("launch: requeued Slurm job " + job.id + " (--requeue)"), std::string::npos) << job.output;
+  // The second run: every rank was given the step, ran 20 more and ended; the record is gone.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(readText(marks / (std::to_string(r) + ".resumed")), step) << "rank " << r;
+  EXPECT_NE(job.output.find("resumes: it stopped at step " + step + " on request (SIGUSR1)"), std::string::npos)
+      << job.output;
+  EXPECT_FALSE(fs::exists(cluster_->dir / "shared" / (".muster-stopped-" + job.id + ".json")));
+}
+
+TEST_F(Slurm, StopAtTheJobsEndLessAMarginStopsEveryRankAtOneStep) {
+  // --time=1 and --stop_at=slurm-50: launch asks squeue for the end and stops about 10 s in.
+  fs::path marks = cluster_->dir / "stop-at-marks";
+  auto program = stopWorker(marks);
+  std::vector<std::string> args{"--time=1", deployScript()};
+  args.insert(args.end(), program.begin(), program.end());
+  auto env = deployEnv();
+  env.push_back("MUSTER_LAUNCH_ARGS=--no_python --stop_at=slurm-50");
+  env.push_back("PYTHONPATH=" + sourceDir() + "/python");
+  auto job = cluster_->sbatch(args, env);
+  EXPECT_EQ(job.code, 75) << job.sbatch << job.output;  // stopped on request: neither success nor failure
+  std::set<std::string> steps;
+  for (int r = 0; r < 4; ++r) steps.insert(readText(marks / (std::to_string(r) + ".stop")));
+  EXPECT_EQ(steps.size(), 1u) << stopsOf(marks);
+  EXPECT_EQ(steps.count(""), 0u) << stopsOf(marks) << job.output;
+  EXPECT_NE(job.output.find("(the Slurm job's end less 50 s) (--stop_at)"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("on request (--stop_at); 2 of 2 ranks stopped cleanly"), std::string::npos) << job.output;
 }
 
 TEST_F(Slurm, LaunchReadsTheAllocationWhenItsFlagsAreAbsent) {
