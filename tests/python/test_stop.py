@@ -290,17 +290,18 @@ class Stop(unittest.TestCase):
             self.assertRegex(self.console(logs[n]), rf"stopped at step {step}( \(the round's first\))? on request "
                              r"\(SIGUSR1\); 2 of 2 ranks stopped cleanly")
 
-    def two_nodes(self, flags, notice=None, env=None):
+    def two_nodes(self, flags, notice=None, env=None, per_step="0.002"):
         """Two launches on this host with `flags` (and their node's own), 2 ranks each looping at
-        up to 500 steps a second; SIGUSR1 to node 1 only (or `notice(nodes)`, which returns the
+        up to 500 steps a second (per_step); SIGUSR1 to node 1 only (or `notice(nodes)`, which returns the
         reason's name): every rank of both stops at one step, the nodes agreeing through the
         job's store."""
-        nodes = [self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=flags(n), log=f"node{n}.log", env=env)
+        nodes = [self.start(2, [PY, SCRIPT, "slow", self.dir, per_step], flags=flags(n), log=f"node{n}.log", env=env)
                  for n in range(2)]
         logs = [os.path.join(self.dir, f"node{n}.log") for n in range(2)]
         seen = self.wait_running(nodes[1], range(4), at_least=50)
         if notice:
-            why, said = notice(nodes), "the job is asked to stop ({})"
+            why = notice(nodes)
+            said = "the job is asked to stop ({})".format(why + " to a node's launch" if why.startswith("SIG") else why)
         else:
             nodes[1].send_signal(signal.SIGUSR1)
             why, said = "SIGUSR1", "the job is asked to stop (SIGUSR1 to a node's launch)"
@@ -313,7 +314,7 @@ class Stop(unittest.TestCase):
                           self.console(logs[n]))
         if notice:
             for n in range(2):
-                self.assertIn(said.format(why), self.console(logs[n]))
+                self.assertIn(said, self.console(logs[n]))
         else:
             self.assertIn("asking every node to stop at one step", self.console(logs[1]))
             self.assertIn(said, self.console(logs[0]))
@@ -333,6 +334,37 @@ class Stop(unittest.TestCase):
         self.wait_port(port)
         self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
                                   "--rdzv_id=stopjob", "--rdzv_conf=is_host=false"])
+
+    def stalled(self, frozen, seconds=2.0):
+        """A notice to node 1 while `frozen` (a process) is stopped for `seconds` (SIGSTOP,
+        SIGCONT): the stop is agreed once it answers again."""
+        def notice(nodes):
+            os.kill(frozen.pid, signal.SIGSTOP)
+            try:
+                nodes[1].send_signal(signal.SIGUSR1)
+                time.sleep(seconds)
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
+            return "SIGUSR1"
+        return notice
+
+    def test_a_rendezvousd_frozen_for_2_s_at_1000_steps_a_second_still_gives_one_stop_step(self):
+        port = ports.reserve_port()
+        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (d.kill(), d.wait()))
+        self.wait_port(port)
+        self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
+                                  "--rdzv_id=stalljob", "--rdzv_conf=is_host=false"],
+                       notice=self.stalled(d), per_step="0.001")
+
+    def test_node_0s_launch_frozen_for_2_s_as_the_rendezvous_still_gives_one_stop_step(self):
+        # launch's own service: node 0's launch holds the store. Its ranks run on while it is
+        # stopped (they move its board's horizon), and it freezes a later one when it wakes.
+        port = ports.reserve_port()
+        self.two_nodes(lambda n: ["--nnodes=2", f"--node_rank={n}", "--master_addr=127.0.0.1",
+                                  f"--master_port={port}"],
+                       notice=lambda nodes: self.stalled(nodes[0])(nodes), per_step="0.001")
 
     def rendezvousctl(self, *args):
         return subprocess.run([RENDEZVOUSCTL, *args], capture_output=True, text=True, timeout=RUN)
@@ -391,9 +423,15 @@ class Stop(unittest.TestCase):
              f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
              f"--initial-cluster=stop=http://127.0.0.1:{peer}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (etcd.terminate(), etcd.wait()))
+        self.addCleanup(lambda: (etcd.kill(), etcd.wait()))
         self.wait_port(client)
+        self.etcd_process = etcd
         return client
+
+    def test_an_etcd_frozen_for_2_s_at_1000_steps_a_second_still_gives_one_stop_step(self):
+        client = self.etcd()
+        self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=etcd", f"--rdzv_endpoint=127.0.0.1:{client}",
+                                  "--rdzv_id=stalljob"], notice=self.stalled(self.etcd_process), per_step="0.001")
 
     def test_two_nodes_on_etcd_stop_at_one_step(self):
         client = self.etcd()
