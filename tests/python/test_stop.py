@@ -326,12 +326,17 @@ class Stop(unittest.TestCase):
         self.two_nodes(lambda n: ["--nnodes=2", f"--node_rank={n}", "--master_addr=127.0.0.1",
                                   f"--master_port={port}"])
 
-    def test_two_nodes_on_rendezvousd_stop_at_one_step(self):
+    def rendezvousd(self, *flags):
+        """A rendezvousd of this test's own (killed at the end, frozen or not); it and its port."""
         port = ports.reserve_port()
-        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}"], stdout=subprocess.DEVNULL,
+        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}", *flags], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (d.terminate(), d.wait()))
+        self.addCleanup(lambda: (d.kill(), d.wait()))
         self.wait_port(port)
+        return d, port
+
+    def test_two_nodes_on_rendezvousd_stop_at_one_step(self):
+        _, port = self.rendezvousd()
         self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
                                   "--rdzv_id=stopjob", "--rdzv_conf=is_host=false"])
 
@@ -349,11 +354,7 @@ class Stop(unittest.TestCase):
         return notice
 
     def test_a_rendezvousd_frozen_for_2_s_at_1000_steps_a_second_still_gives_one_stop_step(self):
-        port = ports.reserve_port()
-        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (d.kill(), d.wait()))
-        self.wait_port(port)
+        d, port = self.rendezvousd()
         self.two_nodes(lambda n: ["--nnodes=2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}",
                                   "--rdzv_id=stalljob", "--rdzv_conf=is_host=false"],
                        notice=self.stalled(d), per_step="0.001")
@@ -370,15 +371,11 @@ class Stop(unittest.TestCase):
         return subprocess.run([RENDEZVOUSCTL, *args], capture_output=True, text=True, timeout=RUN)
 
     def test_rendezvousctl_stop_stops_two_nodes_at_one_step_and_a_wrong_token_is_refused(self):
-        port = ports.reserve_port()
         token, wrong = os.path.join(self.dir, "token"), os.path.join(self.dir, "wrong")
         for path, text in ((token, "stop-me"), (wrong, "not-it")):
             with open(path, "w") as f:
                 f.write(text + "\n")
-        d = subprocess.Popen([RENDEZVOUSD, "--host=127.0.0.1", f"--port={port}", f"--token-file={token}"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.addCleanup(lambda: (d.terminate(), d.wait()))
-        self.wait_port(port)
+        _, port = self.rendezvousd(f"--token-file={token}")
         addr = f"127.0.0.1:{port}"
 
         def notice(nodes):
