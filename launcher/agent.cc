@@ -298,7 +298,11 @@ void Agent::onRoundSettled() {
   }
   double roundSecs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - roundStarted_).count();
-  if (stopping_ == Stopping::kNo && stop_) {
+  if (stopping_ == Stopping::kNo && stop_ && !ranksStopped()) {
+    // Every rank ended on its own before the stop step (its loop was done): a success.
+    logger()->info("the ranks ended on their own before the stop step ({}): the job is done",
+                   stop_->step >= 0 ? fmt::format("step {}", stop_->step) : std::string("not agreed yet"));
+  } else if (stopping_ == Stopping::kNo && stop_) {
     printStopSummary();
     if (!multiNode_) {
       finish(kStoppedExit);

@@ -123,6 +123,9 @@ class Agent {
   // The step the ranks stopped at (the posted step; for step 0, posted before any rank asked,
   // the step each was at); -1 before one was agreed.
   int64_t stoppedStep() const;
+  // Whether some rank of the round reached the stop step (was told to stop), rather than all
+  // ending on their own before it.
+  bool ranksStopped() const;
   // The stop record (stop_record.h): read at the start (MUSTER_RESUMED_FROM_STEP to the ranks),
   // written after a clean stop (then --requeue), removed after a success.
   void resumeFromStopRecord();
@@ -278,6 +281,7 @@ class Agent {
   std::optional<int64_t> stopAtUnixS_;  // --stop_at, resolved (Slurm's end time less the margin)
   bool stopAtWaiting_ = false;          // its time came before any rank asked
   std::string stopRecord_;              // the stop record's file, "" for none
+  std::optional<int64_t> resumedFrom_;  // the step this start resumed from (the record's)
   boost::asio::steady_timer stopTimer_;
   boost::asio::steady_timer stopAtTimer_;
   std::unique_ptr<StopAgreement> agreement_;  // multi-node: the step every node agrees on

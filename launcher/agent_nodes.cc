@@ -259,7 +259,7 @@ void Agent::onRemoteEvent(const muster::v1::RoundEvent& e) {
   endTaken_ = true;
   if (e.kind() == K::JOB_SUCCEEDED) {
     rdzv_->stopWatch();
-    if (stop_) {
+    if (stop_ && ranksStopped()) {
       logger()->info("every node's ranks stopped");
       finish(kStoppedExit);
     } else {

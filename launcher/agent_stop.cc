@@ -64,10 +64,27 @@ bool Agent::askStop(int64_t reason) {
       logger()->warn("{} again: the next round's ranks already stop at their first step", came);
       return true;
     }
-    if (!ranksAsk()) return false;  // today's handling
+    // A failure with no restart left (or a worker that could not be killed) ends the job: the
+    // notice keeps its usual meaning.
+    bool remote = stopping_ == Stopping::kRemote;
+    bool nextRound = !stuck_ && (stopping_ == Stopping::kNo || (remote && remote_ == Remote::kWaiting) ||
+                                 (at_.restartCount < options_.maxRestarts &&
+                                  !(remote && remote_ == Remote::kGone && !standaloneService_)));
+    if (!nextRound || !ranksAsk()) return false;  // today's handling
     pendingStop_ = reason;
     logger()->warn("{} while the group restarts: the next round's ranks stop at their first step "
                    "(stop_requested), and the job ends", came);
+    // The next round must start within --stop_timeout: a join that does not come ends the job.
+    if (options_.stopTimeoutS > 0) {
+      stopTimer_.expires_after(fromSeconds(options_.stopTimeoutS));
+      stopTimer_.async_wait([this](const boost::system::error_code& ec) {
+        if (ec || !pendingStop_ || stopping_ == Stopping::kDone) return;
+        std::fprintf(stderr, "launch: the stop on request (%s) could not be done: the next round did not start "
+                     "within %g s (--stop_timeout)\n", reasonName(*pendingStop_).c_str(), options_.stopTimeoutS);
+        if (multiNode_) report(false, "the stop on request could not be done: the next round did not start");
+        finish(1);
+      });
+    }
     return true;
   }
   if (!group_ || stopBoard_.empty() || stopping_ != Stopping::kNo) return false;
@@ -117,7 +134,9 @@ void Agent::armStopAt() {
 }
 
 void Agent::onStopAt() {
-  if (stopping_ == Stopping::kDone || askStop(stopboard::kReasonDeadline)) return;
+  // A stop already asked (or failed), or the job stopping by a signal: nothing left to ask.
+  if (stopping_ == Stopping::kDone || stopping_ == Stopping::kSignal || stop_ || pendingStop_) return;
+  if (askStop(stopboard::kReasonDeadline)) return;
   // No rank asks yet (still starting, between rounds before any asked, or an unmodified script):
   // asked again each second.
   if (!stopAtWaiting_) {
@@ -234,6 +253,18 @@ int64_t Agent::stoppedStep() const {
   return step;
 }
 
+bool Agent::ranksStopped() const {
+  if (!stop_ || stop_->step < 0 || stop_->frozenHorizon < 0) return false;
+  auto board = stopboard::read(stopBoard_);
+  if (!board.ok()) return true;  // cannot tell: as the stop said
+  // A rank that reaches this node's frozen horizon must lock the board there (it was promised
+  // only the steps below it), so its last ask is at least the horizon; one that ended before it
+  // never got that far. (Past the horizon a rank may answer from the stop step it learned,
+  // without asking again: its last ask is not the stop step.)
+  int64_t h = stop_->frozenHorizon;
+  return std::any_of(board->asked.begin(), board->asked.end(), [h](int64_t s) { return s >= h; });
+}
+
 void Agent::resumeFromStopRecord() {
   stopRecord_ = stopRecordPath(options_.stopRecord, layout_.ownSharedDir ? "" : layout_.sharedDir, layout_.runId);
   if (stopRecord_.empty()) return;
@@ -244,6 +275,7 @@ void Agent::resumeFromStopRecord() {
     return;
   }
   env_[contract::kResumedFromStep] = std::to_string(record->step);
+  resumedFrom_ = record->step;
   logger()->warn("run '{}' resumes: it stopped at step {} on request ({}) at {}; the ranks get {}={} ({})",
                  record->runId, record->step, record->reason, localTimeText(record->unixMs / 1000),
                  contract::kResumedFromStep, record->step, stopRecord_);
@@ -266,6 +298,13 @@ void Agent::keepStopStep() {
     }
   }
   if (!options_.requeue || (multiNode_ && at_.groupRank != 0)) return;
+  if (resumedFrom_ && step <= *resumedFrom_) {
+    // A run that made no step since it resumed (a --stop_at already past) would come back
+    // to stop again, forever.
+    std::fprintf(stderr, "launch: not requeued (--requeue): the job stopped at step %lld, where it resumed\n",
+                 static_cast<long long>(step));
+    return;
+  }
   if (auto s = requeueSlurmJob(options_.slurmJob); s.ok()) {
     std::fprintf(stderr, "launch: requeued Slurm job %s (--requeue): it comes back and resumes\n",
                  options_.slurmJob.c_str());

@@ -687,7 +687,7 @@ TEST(StopAt, TakesUnixSecondsALocalOrUtcTimeAndSlurmsEndLessAMargin) {
             "--requeue: launch is not inside a Slurm job (no SLURM_JOB_ID, or --slurm=off)");
   EXPECT_FALSE(parse({"p"}).stopAt.has_value());
   for (const char* bad : {"tomorrow", "slurm-", "slurm-x", "slurm--5", "-5", "+5", "2026-13-40T99:00:00", "2026-11-28",
-                          "2026-11-28T06:00:00+01"}) {
+                          "2026-11-28T06:00:00+01", "7258118401", "2200-01-02T00:00:00Z"}) {
     std::string why = error({std::string("--stop_at=") + bad, "p"});
     EXPECT_NE(why.find("--stop_at '"), std::string::npos) << bad << ": " << why;
     EXPECT_NE(why.find("it takes Unix seconds"), std::string::npos) << why;

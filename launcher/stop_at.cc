@@ -22,6 +22,9 @@ constexpr const char* kTakes =
     "Unix seconds, a local time YYYY-MM-DDTHH:MM:SS (Z at its end: UTC), slurm, or slurm-SECONDS (the Slurm job's "
     "end less SECONDS; slurm is slurm-300)";
 
+// 2200-01-01T00:00:00Z: a time far enough for any job, and far from the clock's range.
+constexpr int64_t kLatest = 7258118400;
+
 absl::Status bad(const std::string& value, const std::string& why) {
   return absl::InvalidArgumentError(fmt::format("--stop_at '{}': {}; it takes {}", value, why, kTakes));
 }
@@ -60,16 +63,15 @@ absl::StatusOr<StopAt> parseStopAt(const std::string& value) {
     at.marginS = *margin;
     return at;
   }
-  if (auto unix = wholeNumber(value)) {
-    at.unixS = *unix;
-    return at;
+  std::optional<int64_t> t = wholeNumber(value);
+  if (!t) {
+    bool utc = !value.empty() && value.back() == 'Z';
+    t = calendarTime(utc ? value.substr(0, value.size() - 1) : value, utc);
   }
-  bool utc = !value.empty() && value.back() == 'Z';
-  if (auto t = calendarTime(utc ? value.substr(0, value.size() - 1) : value, utc)) {
-    at.unixS = *t;
-    return at;
-  }
-  return bad(value, "not a time");
+  if (!t) return bad(value, "not a time");
+  if (*t > kLatest) return bad(value, "later than the year 2200");
+  at.unixS = *t;
+  return at;
 }
 
 absl::StatusOr<std::optional<int64_t>> parseSlurmTime(const std::string& text) {
@@ -91,8 +93,11 @@ absl::StatusOr<std::optional<int64_t>> slurmEndTime(const std::string& jobId) {
   int code = -1;
   try {
     bp::ipstream out, err;
+    // SLURM_TIME_FORMAT, set by a user, changes how %e prints: the standard form is asked for.
+    auto env = boost::this_process::environment();
+    env["SLURM_TIME_FORMAT"] = "standard";
     bp::child c(bp::exe = squeue, bp::args = {"-h", "-j", jobId, "-o", "%e"}, bp::std_out > out, bp::std_err > err,
-                bp::std_in < bp::null);
+                bp::std_in < bp::null, env);
     for (std::string line; std::getline(out, line);) text += line + "\n";
     for (std::string line; std::getline(err, line);) errors += line + " ";
     // Its output is closed: it has exited or is exiting (squeue bounds its waits with

@@ -65,7 +65,10 @@ absl::StatusOr<StopRecord> parseStopRecord(std::string_view text) {
 }
 
 absl::Status writeStopRecord(const std::string& path, const StopRecord& record) {
-  std::string tmp = fmt::format("{}.{}.tmp", path, getpid());
+  // Several nodes may write one shared file: the temporary one is this host's and process's.
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string tmp = fmt::format("{}.{}.{}.tmp", path, host, getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << formatStopRecord(record);

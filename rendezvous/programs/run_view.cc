@@ -91,6 +91,10 @@ std::string stopLine(const pb::StatusReply& status) {
   if (!seen->failed().empty()) {
     return fmt::format("the stop on request ({}) failed: {}", seen->reason(), seen->failed());
   }
+  // Step 0 is posted only before any rank asked (a notice kept over a restart).
+  if (seen->agreed() && seen->step() == 0) {
+    return fmt::format("stopping on request ({}): every rank stops at the first step it asks", seen->reason());
+  }
   if (seen->agreed()) return fmt::format("stopping on request ({}): every rank stops at step {}", seen->reason(), seen->step());
   return fmt::format("stopping on request ({}): the nodes are agreeing on a step", seen->reason());
 }

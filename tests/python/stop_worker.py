@@ -8,6 +8,8 @@ usage: stop_worker.py MODE OUT [SECONDS_PER_STEP]
           and goes on
   resume  SECONDS_PER_STEP of sleep per step, from muster.resumed_from_step() (written to
           OUT/<RANK>.resumed, "none" on a fresh start); a resumed rank ends (exit 0) 20 steps on
+  ends    SECONDS_PER_STEP of sleep per step, asking first about step 300 (which moves the board's
+          horizon past it), then about every step; ends (exit 0) at step 300
   restart SECONDS_PER_STEP of sleep per step; in the first round (TORCHELASTIC_RESTART_COUNT 0)
           RANK 0 exits 3 at step 30 and the others, on SIGTERM, write OUT/<RANK>.term and take
           1.5 s to exit; a later round starts at step 1000, as if from a checkpoint
@@ -67,6 +69,10 @@ def main(argv):
         else:
             step = 1000
     end = None
+    if mode == "ends":
+        end = 300
+        if muster.stop_requested(end):
+            return 0
     if mode == "resume":
         resumed = muster.resumed_from_step()
         write(os.path.join(out, f"{rank}.resumed"), "none" if resumed is None else str(resumed))

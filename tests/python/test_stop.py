@@ -231,6 +231,29 @@ class Stop(unittest.TestCase):
             self.assertEqual(len(lines), 1, self.console())
             self.assertIn(record, lines[0])
 
+    def test_ranks_that_end_on_their_own_before_the_stop_step_make_a_success(self):
+        # The ranks were promised every step to their last (300) before the notice: the stop step
+        # is past it, and they end their loop. No stop happened: exit 0, nothing kept.
+        record = os.path.join(self.dir, "stopped.json")
+        p = self.start(2, [PY, SCRIPT, "ends", self.dir, "0.002"], flags=["--master_port=0", f"--stop_record={record}"])
+        self.wait_running(p, range(2), at_least=20)
+        p.send_signal(signal.SIGUSR1)
+        self.assertEqual(self.finish(p), 0, self.console())
+        self.assertIn("the ranks ended on their own before the stop step", self.console())
+        self.assertNotIn("stopped at step", self.console())
+        self.assertFalse(os.path.exists(record))
+        self.assertIsNone(self.read("0.stop"))
+
+    def test_a_notice_during_a_failure_with_no_restart_left_keeps_its_usual_meaning(self):
+        p = self.start(2, [PY, SCRIPT, "restart", self.dir, "0.002"], flags=["--master_port=0", "--max_restarts=0"])
+        self.wait_file(p, "1.term")
+        p.send_signal(signal.SIGUSR1)
+        self.assertEqual(self.finish(p), 1, self.console())
+        console = self.console()
+        self.assertNotIn("while the group restarts", console)
+        self.assertIn("launch got SIGUSR1; forwarding it to the workers", console)
+        self.assertIn("rank 0", console)
+
     def test_ranks_of_virtual_local_rank_each_have_their_own_slot(self):
         # LOCAL_RANK is 0 for every rank: the board's slot is MUSTER_STOP_SLOT.
         p = self.start(2, [PY, SCRIPT, "slow", self.dir, "0.002"], flags=["--master_port=0", "--virtual_local_rank"])
